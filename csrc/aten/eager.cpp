@@ -1,0 +1,217 @@
+#include "csrc/aten/eager.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstring>
+
+#include "csrc/aten/generator.h"
+#include "csrc/exec/runtime.h"
+#include "csrc/lowering/lowering.h"
+
+namespace tpu {
+
+using hlo::DType;
+using hlo::Type;
+using hlo::Value;
+using lowering::to_aten;
+using lowering::to_hlo;
+
+namespace {
+
+// Bytes of `flat` as ui8[n * width].
+Value to_bytes(hlo::Builder& b, Value flat) {
+  const DType dt = b.dtype(flat);
+  if (dt == DType::U8) return flat;
+  if (dt == DType::Pred || dt == DType::I8) return b.convert(flat, DType::U8);
+  const int64_t n = b.dims(flat)[0];
+  Value bytes = b.bitcast_convert(flat, DType::U8);  // [n, width]
+  return b.reshape(bytes, {n * hlo::byte_width(dt)});
+}
+
+Value from_bytes(hlo::Builder& b, Value bytes, DType to) {
+  if (to == DType::U8) return bytes;
+  if (to == DType::Pred) {
+    return b.compare(hlo::Cmp::NE, bytes, b.zeros(b.type(bytes)));
+  }
+  if (to == DType::I8) return b.bitcast_convert(bytes, to);
+  const int64_t w = hlo::byte_width(to);
+  int64_t n = b.dims(bytes)[0] / w;
+  if (n * w != b.dims(bytes)[0]) bytes = b.slice(bytes, {0}, {n * w});
+  return b.bitcast_convert(b.reshape(bytes, {n, w}), to);
+}
+
+uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
+  uint64_t bits = 0;
+  auto put = [&](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
+  const bool is_float_scalar = s.isFloatingPoint();
+  switch (dtype) {
+    case DType::Pred: put(static_cast<uint8_t>(s.toBool() ? 1 : 0)); break;
+    case DType::F64: put(s.toDouble()); break;
+    case DType::F32: put(static_cast<float>(s.toDouble())); break;
+    case DType::F16: put(c10::Half(static_cast<float>(s.toDouble())).x); break;
+    case DType::BF16: put(c10::BFloat16(static_cast<float>(s.toDouble())).x); break;
+    default: {
+      TORCH_CHECK(hlo::is_int(dtype), "tpu: cannot pass a ", s.type(), " scalar as ",
+                  hlo::mlir_name(dtype));
+      // C conversion semantics (truncation toward zero, two's complement wrap).
+      int64_t v = is_float_scalar ? static_cast<int64_t>(s.toDouble())
+                  : s.isBoolean()  ? static_cast<int64_t>(s.toBool())
+                                   : s.toLong();
+      bits = static_cast<uint64_t>(v);
+      const int w = hlo::bit_width(dtype);
+      if (w < 64) bits &= (uint64_t{1} << w) - 1;
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+Value reinterpret_flat(hlo::Builder& b, Value flat, DType to) {
+  const DType from = b.dtype(flat);
+  if (from == to) return flat;
+  if (hlo::byte_width(from) == hlo::byte_width(to) && from != DType::Pred && to != DType::Pred) {
+    return b.bitcast_convert(flat, to);
+  }
+  return from_bytes(b, to_bytes(b, flat), to);
+}
+
+EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  for (Slot& s : slots_) {
+    if (s.storage.unsafeGetStorageImpl() == impl) return s;
+  }
+  Slot s;
+  s.storage = t.storage();
+  s.tpu = &storage_of(s.storage);
+  TpuStorage::Value snapshot = s.tpu->value();
+  if (snapshot.buffer) {
+    s.type = snapshot.type;
+    Value p = b_.param(s.type);
+    s.param = b_.num_params() - 1;
+    args_.push_back(std::move(snapshot.buffer));
+    s.full = p;
+    s.flat = b_.reshape(p, {s.type.numel()});
+    s.flat_dtype = s.type.dtype;
+  } else {
+    // Never written: zeros, in the dtype of the first access.
+    const DType dt = to_hlo(t.scalar_type());
+    const int64_t n = static_cast<int64_t>(s.tpu->nbytes()) / hlo::byte_width(dt);
+    s.flat = b_.zeros(Type{dt, {n}});
+    s.flat_dtype = dt;
+  }
+  slots_.push_back(std::move(s));
+  return slots_.back();
+}
+
+Value EagerProgram::flat_as(Slot& s, DType dtype) {
+  return s.flat_dtype == dtype ? s.flat : reinterpret_flat(b_, s.flat, dtype);
+}
+
+exec::Offset EagerProgram::offset_of(const at::Tensor& t) {
+  exec::Offset off;
+  off.value = t.storage_offset();
+  if (off.value != 0) off.dynamic = scalar(c10::Scalar(off.value), DType::I64);
+  return off;
+}
+
+Value EagerProgram::input(const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), "tpu: an op received an undefined tensor");
+  if (t.device().is_cpu()) {
+    TORCH_CHECK(t.dim() == 0,
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                "tpu:", device_, " and cpu! (move the CPU tensor with .to('tpu'))");
+    return scalar(t.item(), to_hlo(t.scalar_type()));
+  }
+  TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device_,
+              "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+              device_, " and ", t.device(), "!");
+  Slot& s = slot_for(t);
+  const DType dt = to_hlo(t.scalar_type());
+  const Type& st = s.type;
+  if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 &&
+      t.sizes().vec() == st.dims && t.is_contiguous()) {
+    return s.full;  // the storage value itself
+  }
+  return exec::read_strided(b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t));
+}
+
+Value EagerProgram::scalar(const c10::Scalar& s, DType dtype) {
+  Value v = b_.param(Type{dtype, {}});
+  args_.push_back(exec::Runtime::get().scalar_buffer(dtype, scalar_bits(s, dtype), device_));
+  return v;
+}
+
+Value EagerProgram::rng_key(const std::optional<at::Generator>& gen) {
+  at::Generator g = gen.has_value() && gen->defined()
+                        ? *gen
+                        : default_generator(static_cast<c10::DeviceIndex>(device_));
+  std::pair<uint64_t, uint64_t> key;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    key = at::check_generator<TpuGenerator>(g)->next_key();
+  }
+  uint64_t words[2] = {key.first, key.second};
+  Value v = b_.param(Type{DType::U64, {2}});
+  const auto& rt = exec::Runtime::get();
+  args_.push_back(rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device_)));
+  return v;
+}
+
+void EagerProgram::assign(const at::Tensor& dst, Value value) {
+  TORCH_CHECK(dst.device().type() == c10::DeviceType::PrivateUse1 && dst.device().index() == device_,
+              "tpu: cannot write a tpu:", device_, " result into a tensor on ", dst.device());
+  Slot& s = slot_for(dst);
+  const DType dt = to_hlo(dst.scalar_type());
+  Value flat = flat_as(s, dt);
+  s.flat = exec::write_strided(b_, flat, value, dst.sizes().vec(), dst.strides().vec(),
+                               offset_of(dst));
+  s.flat_dtype = dt;
+  s.written = true;
+  const bool covers = dst.storage_offset() == 0 && dst.is_contiguous() &&
+                      static_cast<size_t>(dst.numel()) * dst.element_size() == s.tpu->nbytes();
+  s.full = covers ? value : Value{};
+}
+
+const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
+  std::vector<Value> all = outputs;
+  outputs_ = outputs;
+  written_.clear();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (!s.written) continue;
+    Value out = s.full.valid() ? s.full : s.flat;
+    // Donate the old buffer when nothing else can still read it: the storage
+    // and this program's argument are its only owners, and the new value has
+    // its type.
+    if (s.param >= 0 && args_[s.param].use_count() <= 2 && b_.type(out) == s.type) {
+      b_.alias(s.param, static_cast<int>(all.size()));
+    }
+    written_.push_back(i);
+    all.push_back(out);
+  }
+  text_ = b_.module(all);
+  return text_;
+}
+
+std::vector<at::Tensor> EagerProgram::run() {
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  raw.reserve(args_.size());
+  for (const auto& a : args_) raw.push_back(a->raw());
+  std::vector<pjrt::BufferPtr> outs = exec::Runtime::get().run(text_, raw, device_);
+  std::vector<at::Tensor> results;
+  results.reserve(outputs_.size());
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Type& t = b_.type(outputs_[i]);
+    results.push_back(tensor_from_buffer(outs[i], t, to_aten(t.dtype), device_));
+  }
+  for (size_t k = 0; k < written_.size(); ++k) {
+    Slot& s = slots_[written_[k]];
+    Value out = s.full.valid() ? s.full : s.flat;
+    s.tpu->set_value(outs[outputs_.size() + k], b_.type(out));
+  }
+  return results;
+}
+
+}  // namespace tpu

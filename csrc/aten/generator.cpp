@@ -1,0 +1,89 @@
+#include "csrc/aten/generator.h"
+
+#include <ATen/Functions.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <c10/core/TensorImpl.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "csrc/exec/runtime.h"
+
+namespace tpu {
+
+TpuGenerator::TpuGenerator(c10::DeviceIndex device, uint64_t seed)
+    : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
+                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+      seed_(seed) {}
+
+void TpuGenerator::set_current_seed(uint64_t seed) {
+  seed_ = seed;
+  counter_ = 0;
+}
+
+uint64_t TpuGenerator::seed() {
+  std::random_device rd;
+  uint64_t s = (static_cast<uint64_t>(rd()) << 32) | rd();
+  set_current_seed(s);
+  return s;
+}
+
+// State: 16 bytes, the seed then the counter (little endian), as a uint8 CPU
+// tensor like every other generator's get_state().
+c10::intrusive_ptr<c10::TensorImpl> TpuGenerator::get_state() const {
+  at::Tensor state = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+  uint64_t words[2] = {seed_, counter_};
+  std::memcpy(state.data_ptr(), words, sizeof(words));
+  return state.getIntrusivePtr();
+}
+
+void TpuGenerator::set_state(const c10::TensorImpl& new_state) {
+  TORCH_CHECK(new_state.numel() == 16 && new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+              "tpu generator state must be a uint8 tensor of 16 bytes, got ", new_state.numel(),
+              " elements of ", new_state.dtype());
+  uint64_t words[2];
+  std::memcpy(words, new_state.data(), sizeof(words));
+  seed_ = words[0];
+  counter_ = words[1];
+}
+
+std::pair<uint64_t, uint64_t> TpuGenerator::next_key() {
+  return {seed_, counter_++};
+}
+
+TpuGenerator* TpuGenerator::clone_impl() const {
+  auto* g = new TpuGenerator(device().index(), seed_);
+  g->counter_ = counter_;
+  return g;
+}
+
+namespace {
+std::mutex g_mu;
+std::deque<at::Generator>& generators() {
+  static auto* g = new std::deque<at::Generator>();
+  return *g;
+}
+}  // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& gens = generators();
+  if (gens.empty()) {
+    const int n = exec::Runtime::get().device_count();
+    for (int i = 0; i < n; ++i) {
+      gens.push_back(at::make_generator<TpuGenerator>(static_cast<c10::DeviceIndex>(i)));
+    }
+  }
+  const int d = device < 0 ? 0 : device;
+  TORCH_CHECK(d < static_cast<int>(gens.size()), "tpu: no device ", d, " (", gens.size(),
+              " device(s) available)");
+  return gens[d];
+}
+
+at::Generator new_generator(c10::DeviceIndex device) {
+  return at::make_generator<TpuGenerator>(device < 0 ? 0 : device);
+}
+
+}  // namespace tpu

@@ -1,0 +1,429 @@
+#include "csrc/aten/kernels.h"
+
+#include <ATen/Context.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty_strided.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "csrc/aten/eager.h"
+#include "csrc/exec/executable_cache.h"
+#include "csrc/lowering/lowering.h"
+
+namespace tpu {
+
+using hlo::Value;
+using lowering::to_aten;
+using lowering::to_hlo;
+
+namespace {
+
+struct Entry {
+  lowering::LoweringFn fn = nullptr;
+  VariantKind kind = VariantKind::Functional;
+  std::string functional;
+  size_t num_functional_args = 0;
+  std::vector<size_t> out_args;  // Out: positions of the out arguments
+};
+
+std::mutex g_entries_mu;
+std::unordered_map<c10::OperatorName, Entry>& entries() {
+  static auto* m = new std::unordered_map<c10::OperatorName, Entry>();
+  return *m;
+}
+
+torch::Library& aten_library() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                        __FILE__, __LINE__);
+  return *lib;
+}
+
+const Entry& entry_for(const c10::OperatorName& name) {
+  std::lock_guard<std::mutex> lock(g_entries_mu);
+  auto it = entries().find(name);
+  TORCH_CHECK(it != entries().end(), "torch_tpu: no kernel entry for ", name);
+  return it->second;
+}
+
+bool is_tpu(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// ---- arguments ---------------------------------------------------------------
+
+class EagerArgs final : public lowering::Args {
+ public:
+  EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args)
+      : p_(p), args_(args), values_(args.size()), infos_(args.size()) {}
+
+  size_t size() const override { return args_.size(); }
+  bool is_none(size_t i) const override { return args_.at(i).isNone(); }
+  bool is_tensor(size_t i) const override { return args_.at(i).isTensor(); }
+
+  Value tensor(size_t i) override {
+    if (!values_[i].valid()) values_[i] = p_.input(args_.at(i).toTensor());
+    return values_[i];
+  }
+  const lowering::TensorInfo& info(size_t i) override {
+    if (!infos_[i]) infos_[i] = info_of(args_.at(i).toTensor());
+    return *infos_[i];
+  }
+  std::vector<Value> tensors(size_t i) override {
+    std::vector<Value> out;
+    for (const at::Tensor& t : list(i)) out.push_back(t.defined() ? p_.input(t) : Value{});
+    return out;
+  }
+  std::vector<lowering::TensorInfo> infos(size_t i) override {
+    std::vector<lowering::TensorInfo> out;
+    for (const at::Tensor& t : list(i)) {
+      out.push_back(t.defined() ? info_of(t) : lowering::TensorInfo{at::ScalarType::Undefined, {}, false});
+    }
+    return out;
+  }
+  int64_t int_(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    if (v.isBool()) return v.toBool();
+    return v.toSymInt().expect_int();
+  }
+  std::vector<int64_t> ints(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    if (v.isIntList()) return v.toIntVector();
+    if (v.isInt() || v.isSymInt()) return {v.toSymInt().expect_int()};
+    std::vector<int64_t> out;
+    for (const c10::IValue& e : v.toListRef()) out.push_back(e.toSymInt().expect_int());
+    return out;
+  }
+  double double_(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
+  }
+  bool bool_(size_t i) const override { return args_.at(i).toBool(); }
+  std::string string(size_t i) const override { return args_.at(i).toStringRef(); }
+  c10::Scalar scalar(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    if (v.isTensor()) return v.toTensor().item();
+    return v.toScalar();
+  }
+  at::ScalarType scalar_type(size_t i) const override { return args_.at(i).toScalarType(); }
+  std::vector<double> doubles(size_t i) const override { return args_.at(i).toDoubleVector(); }
+  Value scalar_value(size_t i, hlo::DType dtype) override { return p_.scalar(scalar(i), dtype); }
+  Value runtime_scalar(const c10::Scalar& s, hlo::DType dtype) override { return p_.scalar(s, dtype); }
+  Value rng_key(size_t i) override {
+    const c10::IValue& v = args_.at(i);
+    return p_.rng_key(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
+  }
+
+ private:
+  static lowering::TensorInfo info_of(const at::Tensor& t) {
+    return lowering::TensorInfo{t.scalar_type(), t.sizes().vec(),
+                                t.unsafeGetTensorImpl()->is_wrapped_number()};
+  }
+  std::vector<at::Tensor> list(size_t i) const {
+    const c10::IValue& v = args_.at(i);
+    if (v.isTensorList()) return v.toTensorVector();
+    std::vector<at::Tensor> out;
+    for (const c10::IValue& e : v.toListRef()) out.push_back(e.isNone() ? at::Tensor() : e.toTensor());
+    return out;
+  }
+
+  EagerProgram& p_;
+  c10::ArrayRef<c10::IValue> args_;
+  std::vector<Value> values_;
+  std::vector<std::optional<lowering::TensorInfo>> infos_;
+};
+
+// ---- devices -------------------------------------------------------------------
+
+void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Tensor&)>& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
+int op_device(const std::vector<c10::IValue>& args) {
+  int device = -1;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (device < 0 && is_tpu(t)) device = t.device().has_index() ? t.device().index() : 0;
+    });
+    if (device >= 0) return device;
+  }
+  for (const c10::IValue& v : args) {
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      return v.toDevice().has_index() ? v.toDevice().index() : current_device();
+    }
+  }
+  return current_device();
+}
+
+// ---- validation against PyTorch's meta kernels -------------------------------------
+
+c10::IValue to_meta(const c10::IValue& v) {
+  auto meta = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || !is_tpu(t)) return t;
+    at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
+                                     at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    if (t.storage_offset() != 0) m = m.as_strided(t.sizes(), t.strides(), t.storage_offset());
+    return m;
+  };
+  if (v.isTensor()) return meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(meta(t));
+    return out;
+  }
+  if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef()) {
+      out.push_back(e.isNone() ? std::nullopt : std::optional<at::Tensor>(meta(e.toTensor())));
+    }
+    return out;
+  }
+  if (v.isGenerator()) return c10::IValue();
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kMeta);
+  return v;
+}
+
+// Runs the op on meta tensors: raises PyTorch's own error for invalid
+// arguments and returns PyTorch's output shapes and dtypes. nullopt when the
+// op has no meta kernel.
+std::optional<std::vector<at::Tensor>> run_on_meta(const c10::OperatorHandle& op,
+                                                   const std::vector<c10::IValue>& args) {
+  torch::jit::Stack ms;
+  ms.reserve(args.size());
+  for (const c10::IValue& v : args) ms.push_back(to_meta(v));
+  try {
+    op.callBoxed(ms);
+  } catch (const c10::NotImplementedError&) {
+    return std::nullopt;
+  }
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : ms) for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
+  return out;
+}
+
+std::mutex g_validated_mu;
+std::unordered_set<uint64_t> g_validated;
+
+// On the first run of each (op, program): check that PyTorch accepts these
+// arguments and that our results have PyTorch's shapes and dtypes. A lowering
+// bug becomes an error here instead of a wrong answer.
+void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                   const Entry& e, const std::string& text, hlo::Builder& b,
+                   const std::vector<Value>& outputs) {
+  const uint64_t key = exec::fingerprint64(c10::toString(op.operator_name()) + '\0' + text);
+  {
+    std::lock_guard<std::mutex> lock(g_validated_mu);
+    if (g_validated.count(key)) return;
+  }
+  auto meta = run_on_meta(op, args);
+  if (meta && e.kind == VariantKind::Functional) {
+    TORCH_CHECK(meta->size() == outputs.size(), "torch_tpu internal error: the lowering of ",
+                e.functional, " returned ", outputs.size(), " results; PyTorch returns ",
+                meta->size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const hlo::Type& t = b.type(outputs[i]);
+      const at::Tensor& m = (*meta)[i];
+      TORCH_CHECK(m.sizes().vec() == t.dims && m.scalar_type() == to_aten(t.dtype),
+                  "torch_tpu internal error: the lowering of ", e.functional, " produced result ",
+                  i, " of shape ", lowering::dims_string(t.dims), " and dtype ", to_aten(t.dtype),
+                  "; PyTorch expects shape ", m.sizes(), " and dtype ", m.scalar_type(),
+                  ". Please report this; meanwhile the op can run on the CPU with "
+                  "torch_tpu.set_cpu_fallback(True).");
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_validated_mu);
+  g_validated.insert(key);
+}
+
+// ---- results -------------------------------------------------------------------------
+
+std::vector<at::Tensor> targets(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
+  return out;
+}
+
+void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace) {
+  hlo::Builder& b = p.builder();
+  const at::ScalarType rt = to_aten(b.dtype(v));
+  TORCH_CHECK(c10::canCast(rt, dst.scalar_type()), "result type ", rt,
+              " can't be cast to the desired output type ", dst.scalar_type());
+  if (dst.sizes().vec() != b.dims(v)) {
+    TORCH_CHECK(!inplace, "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+                lowering::dims_string(b.dims(v)));
+    at::native::resize_output(dst, b.dims(v));
+  }
+  TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
+              "unsupported operation: more than one element of the written-to tensor refers to a "
+              "single memory location. Please clone() the tensor before performing the operation.");
+  p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())));
+}
+
+lowering::MatmulPrecision matmul_precision() {
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGH: return lowering::MatmulPrecision::High;
+    case at::Float32MatmulPrecision::MEDIUM: return lowering::MatmulPrecision::Medium;
+    default: return lowering::MatmulPrecision::Highest;
+  }
+}
+
+// ---- the CPU fallback ------------------------------------------------------------------
+
+std::atomic<int> g_fallback_enabled{-1};  // -1: read TORCH_TPU_CPU_FALLBACK
+std::mutex g_fallback_mu;
+std::map<std::string, int64_t> g_fallback_counts;
+
+std::string fallback_hint() {
+  return "Enable the CPU fallback to run it on the host (slow: the data moves between host and "
+         "device) with TORCH_TPU_CPU_FALLBACK=1 or torch_tpu.set_cpu_fallback(True).";
+}
+
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  {
+    std::lock_guard<std::mutex> lock(g_fallback_mu);
+    ++g_fallback_counts[c10::toString(op.operator_name())];
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const Entry& e = entry_for(op.operator_name());
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  const int device = op_device(args);
+
+  EagerProgram p(device);
+  EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args));
+  lowering::Context ctx{p.builder(), a, e.functional, matmul_precision()};
+  std::vector<Value> results;
+  try {
+    results = e.fn(ctx);
+  } catch (const c10::NotImplementedError& err) {
+    if (cpu_fallback_enabled()) return run_cpu_fallback(op, stack);
+    run_on_meta(op, args);  // PyTorch's error for invalid arguments comes first
+    TORCH_CHECK_NOT_IMPLEMENTED(false, err.msg(), " ", fallback_hint());
+  } catch (const c10::Error&) {
+    run_on_meta(op, args);
+    throw;
+  }
+
+  std::vector<Value> outputs;
+  std::vector<at::Tensor> dsts;
+  if (e.kind == VariantKind::Functional) {
+    outputs = results;
+  } else {
+    if (e.kind == VariantKind::Inplace) {
+      dsts = targets(args[0]);
+    } else {
+      for (size_t k : e.out_args) {
+        for (at::Tensor& t : targets(args[k])) dsts.push_back(t);
+      }
+    }
+    TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
+                " returned ", results.size(), " results for ", dsts.size(), " outputs");
+    for (size_t k = 0; k < dsts.size(); ++k) write_back(p, dsts[k], results[k], e.kind == VariantKind::Inplace);
+  }
+  const std::string& text = p.text(outputs);
+  validate_once(op, args, e, text, p.builder(), outputs);
+  std::vector<at::Tensor> tensors = p.run();
+
+  torch::jit::drop(*stack, n);
+  const auto& returns = schema.returns();
+  if (e.kind == VariantKind::Functional) {
+    if (returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType) {
+      stack->emplace_back(c10::List<at::Tensor>(tensors));
+    } else {
+      for (at::Tensor& t : tensors) stack->emplace_back(std::move(t));
+    }
+  } else if (e.kind == VariantKind::Inplace) {
+    if (!returns.empty()) stack->push_back(args[0]);
+  } else {
+    for (size_t k = 0; k < returns.size() && k < e.out_args.size(); ++k) {
+      stack->push_back(args[e.out_args[k]]);
+    }
+  }
+}
+
+}  // namespace
+
+void register_variant(const std::string& variant, const std::string& functional, VariantKind kind) {
+  lowering::LoweringFn fn = lowering::find_lowering(functional);
+  TORCH_CHECK(fn != nullptr, "torch_tpu: no lowering named ", functional);
+  auto split = [](const std::string& full) {
+    auto ns = full.find("::");
+    std::string name = ns == std::string::npos ? full : full.substr(ns + 2);
+    auto dot = name.find('.');
+    return std::make_pair(dot == std::string::npos ? name : name.substr(0, dot),
+                          dot == std::string::npos ? std::string() : name.substr(dot + 1));
+  };
+  auto [vname, voverload] = split(variant);
+  c10::OperatorName opname("aten::" + vname, voverload);
+  auto handle = c10::Dispatcher::singleton().findSchema(opname);
+  TORCH_CHECK(handle.has_value(), "torch_tpu: unknown op ", variant);
+  auto [fname, foverload] = split(functional);
+  auto fhandle = c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + fname, foverload));
+  TORCH_CHECK(fhandle.has_value(), "torch_tpu: unknown op ", functional);
+
+  Entry e;
+  e.fn = fn;
+  e.kind = kind;
+  e.functional = functional;
+  e.num_functional_args = fhandle->schema().arguments().size();
+  if (kind == VariantKind::Out) {
+    const auto& arguments = handle->schema().arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      if (arguments[i].is_out()) e.out_args.push_back(i);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_entries_mu);
+    if (!entries().emplace(opname, std::move(e)).second) return;  // already registered
+  }
+  aten_library().impl(variant.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+}
+
+std::vector<std::pair<std::string, int64_t>> fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_fallback_mu);
+  return {g_fallback_counts.begin(), g_fallback_counts.end()};
+}
+
+void set_cpu_fallback(bool enabled) { g_fallback_enabled = enabled ? 1 : 0; }
+
+bool cpu_fallback_enabled() {
+  int v = g_fallback_enabled.load();
+  if (v < 0) {
+    const char* e = std::getenv("TORCH_TPU_CPU_FALLBACK");
+    v = e != nullptr && std::string(e) != "0" && std::string(e) != "" ? 1 : 0;
+    g_fallback_enabled = v;
+  }
+  return v == 1;
+}
+
+void fallback_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (cpu_fallback_enabled()) return run_cpu_fallback(op, stack);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "The operator '", op.operator_name(),
+                              "' has no lowering for the tpu device. ", fallback_hint());
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_kernel>());
+}
+
+}  // namespace tpu

@@ -1,0 +1,179 @@
+// The control surface the Python package calls, as ops of the `torch_tpu`
+// library (torch.ops.torch_tpu.*): no pybind11, so the extension is a plain
+// shared library loaded with torch.ops.load_library.
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include "csrc/aten/generator.h"
+#include "csrc/aten/kernels.h"
+#include "csrc/aten/storage.h"
+#include "csrc/exec/runtime.h"
+#include "csrc/lowering/lowering.h"
+
+namespace tpu {
+
+std::string abi_layout();  // abi_layout.cpp
+
+namespace {
+
+void configure(std::string plugin_path, int64_t cpu_devices, std::string cache_dir) {
+  exec::RuntimeConfig c;
+  c.plugin_path = std::move(plugin_path);
+  c.cpu_device_count = cpu_devices;
+  c.cache_dir = std::move(cache_dir);
+  exec::Runtime::configure(c);
+}
+
+// Starts the runtime; raises RuntimeError with the loader's message.
+exec::Runtime& runtime() {
+  try {
+    return exec::Runtime::get();
+  } catch (const pjrt::PluginError& e) {
+    TORCH_CHECK(false, e.what());
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "tpu: starting the PJRT client failed: ", e.what());
+  }
+}
+
+int64_t device_count() { return runtime().device_count(); }
+int64_t get_current_device() { return current_device(); }
+void set_device(int64_t device) {
+  const int n = runtime().device_count();
+  TORCH_CHECK(device >= 0 && device < n, "tpu device index ", device, " is out of range: ", n,
+              " device(s) available");
+  set_current_device(static_cast<int>(device));
+}
+bool started() { return exec::Runtime::started(); }
+
+std::vector<std::string> runtime_info() {
+  exec::Runtime& rt = runtime();
+  const auto& api = rt.client().api();
+  return {rt.plugin_path(), rt.client().platform_name(), rt.client().platform_version(),
+          std::to_string(api.major()) + "." + std::to_string(api.minor())};
+}
+
+std::string device_name(int64_t device) { return runtime().device(static_cast<int>(device)).kind(); }
+
+void synchronize(int64_t device) {
+  try {
+    runtime().synchronize(static_cast<int>(device));
+  } catch (const pjrt::Error& e) {
+    TORCH_CHECK(false, "tpu: a program failed on the device: ", e.what());
+  }
+}
+
+std::vector<double> cache_stats() {
+  exec::CacheStats s = runtime().cache().stats();
+  return {static_cast<double>(s.hits), static_cast<double>(s.misses),
+          static_cast<double>(s.disk_hits), static_cast<double>(s.entries), s.compile_seconds};
+}
+void clear_cache() { runtime().cache().clear(); }
+int64_t executions() { return runtime().executions(); }
+
+void set_execution_mode(std::string mode) {
+  TORCH_CHECK(mode == "debug" || mode == "strict", "tpu: unknown execution mode '", mode,
+              "'; expected 'debug' or 'strict'");
+  runtime().set_mode(mode == "debug" ? exec::ExecutionMode::Debug : exec::ExecutionMode::Strict);
+}
+std::string execution_mode() {
+  return runtime().mode() == exec::ExecutionMode::Debug ? "debug" : "strict";
+}
+
+std::vector<int64_t> memory_stats(int64_t device) {
+  MemoryCounters m = memory_counters(static_cast<int>(device));
+  int64_t limit = -1, in_use = -1;
+  if (auto s = runtime().device(static_cast<int>(device)).memory_stats()) {
+    in_use = s->bytes_in_use;
+    limit = s->bytes_limit.value_or(-1);
+  }
+  return {m.allocated, m.peak, m.num_allocs, in_use, limit};
+}
+void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
+
+void manual_seed(int64_t device, int64_t seed) {
+  at::Generator g = default_generator(static_cast<c10::DeviceIndex>(device));
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_current_seed(static_cast<uint64_t>(seed));
+}
+int64_t initial_seed(int64_t device) {
+  return static_cast<int64_t>(default_generator(static_cast<c10::DeviceIndex>(device)).current_seed());
+}
+int64_t seed(int64_t device) {
+  at::Generator g = default_generator(static_cast<c10::DeviceIndex>(device));
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return static_cast<int64_t>(g.seed());
+}
+at::Tensor get_rng_state(int64_t device) {
+  at::Generator g = default_generator(static_cast<c10::DeviceIndex>(device));
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.get_state();
+}
+void set_rng_state(int64_t device, const at::Tensor& state) {
+  at::Generator g = default_generator(static_cast<c10::DeviceIndex>(device));
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_state(state);
+}
+
+void register_kernels(std::vector<std::string> variants, std::vector<std::string> functionals,
+                      std::vector<int64_t> kinds) {
+  TORCH_CHECK(variants.size() == functionals.size() && variants.size() == kinds.size(),
+              "register_kernels: list lengths differ");
+  for (size_t i = 0; i < variants.size(); ++i) {
+    register_variant(variants[i], functionals[i], static_cast<VariantKind>(kinds[i]));
+  }
+}
+
+std::vector<std::string> lowering_names() { return lowering::lowering_names(); }
+
+void set_fallback(bool enabled) { set_cpu_fallback(enabled); }
+bool fallback_enabled() { return cpu_fallback_enabled(); }
+std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts_op() {
+  std::vector<std::string> names;
+  std::vector<int64_t> counts;
+  for (auto& [n, c] : fallback_counts()) {
+    names.push_back(n);
+    counts.push_back(c);
+  }
+  return {names, counts};
+}
+
+// Debugging aid: what a tensor's storage holds on the device.
+std::string storage_info(const at::Tensor& t) {
+  TpuStorage::Value v = storage_of(t).value();
+  return std::string(v.buffer ? "buffer " + v.type.str() : "zeros (never written)") +
+         ", nbytes=" + std::to_string(storage_of(t).nbytes());
+}
+
+}  // namespace
+
+TORCH_LIBRARY(torch_tpu, m) {
+  m.def("_configure(str plugin_path, int cpu_devices, str cache_dir) -> ()", &configure);
+  m.def("_started() -> bool", &started);
+  m.def("_runtime_info() -> str[]", &runtime_info);
+  m.def("_register_kernels(str[] variants, str[] functionals, int[] kinds) -> ()", &register_kernels);
+  m.def("_lowering_names() -> str[]", &lowering_names);
+  m.def("_abi_layout() -> str", &abi_layout);
+  m.def("_storage_info(Tensor t) -> str", &storage_info);
+  m.def("device_count() -> int", &device_count);
+  m.def("current_device() -> int", &get_current_device);
+  m.def("set_device(int device) -> ()", &set_device);
+  m.def("device_name(int device) -> str", &device_name);
+  m.def("synchronize(int device) -> ()", &synchronize);
+  m.def("cache_stats() -> float[]", &cache_stats);
+  m.def("clear_cache() -> ()", &clear_cache);
+  m.def("executions() -> int", &executions);
+  m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
+  m.def("execution_mode() -> str", &execution_mode);
+  m.def("memory_stats(int device) -> int[]", &memory_stats);
+  m.def("reset_peak_memory_stats(int device) -> ()", &reset_peak_memory_stats);
+  m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
+  m.def("initial_seed(int device) -> int", &initial_seed);
+  m.def("seed(int device) -> int", &seed);
+  m.def("get_rng_state(int device) -> Tensor", &get_rng_state);
+  m.def("set_rng_state(int device, Tensor state) -> ()", &set_rng_state);
+  m.def("set_cpu_fallback(bool enabled) -> ()", &set_fallback);
+  m.def("cpu_fallback_enabled() -> bool", &fallback_enabled);
+  m.def("cpu_fallback_counts() -> (str[], int[])", &fallback_counts_op);
+}
+
+}  // namespace tpu

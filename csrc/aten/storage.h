@@ -1,0 +1,84 @@
+// tpu storages: an ordinary c10::StorageImpl whose DataPtr context owns the
+// device value (a PJRT buffer). The data pointer is a unique address in a
+// reserved, inaccessible range, so `data_ptr()` comparisons and offsets work
+// as on CUDA while any host dereference faults instead of corrupting memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <mutex>
+
+#include "csrc/hlo/types.h"
+#include "csrc/pjrt/buffer.h"
+
+namespace tpu {
+
+class TpuStorage {
+ public:
+  TpuStorage(size_t nbytes, int device) : nbytes_(nbytes), device_(device) {}
+
+  size_t nbytes() const { return nbytes_; }
+  int device() const { return device_; }
+
+  // A consistent snapshot of the device value. `buffer` is null while the
+  // storage was never written: its bytes are zero (torch.empty never exposes
+  // uninitialized device memory).
+  struct Value {
+    pjrt::BufferPtr buffer;
+    hlo::Type type;  // of `buffer`; its row-major bytes are the storage bytes
+  };
+  Value value() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return value_;
+  }
+  void set_value(pjrt::BufferPtr buffer, hlo::Type type) {
+    std::lock_guard<std::mutex> lock(mu_);
+    value_.buffer = std::move(buffer);
+    value_.type = std::move(type);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  size_t nbytes_;
+  int device_;
+  Value value_;
+};
+
+// The allocator of `tpu` storages (registered for PrivateUse1).
+c10::Allocator* tpu_allocator();
+
+// The TpuStorage of a tpu tensor/storage; throws if it is not one of ours.
+TpuStorage& storage_of(const c10::DataPtr& data_ptr);
+inline TpuStorage& storage_of(const c10::Storage& storage) { return storage_of(storage.data_ptr()); }
+inline TpuStorage& storage_of(const at::Tensor& t) { return storage_of(t.storage()); }
+
+// Bytes held by live tpu storages of `device`, and their peak.
+struct MemoryCounters {
+  int64_t allocated = 0;
+  int64_t peak = 0;
+  int64_t num_allocs = 0;
+};
+MemoryCounters memory_counters(int device);
+void reset_peak_memory(int device);
+
+// Device of a data pointer handed out by tpu_allocator(), or -1.
+int device_of_pointer(const void* ptr);
+
+// A new contiguous tpu tensor (zeros until written) on `device`.
+at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, int device,
+                     std::optional<c10::MemoryFormat> memory_format = std::nullopt);
+at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                             at::ScalarType dtype, int device);
+
+// A contiguous tpu tensor of `dtype` whose storage holds `buffer`.
+at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, at::ScalarType dtype,
+                              int device);
+
+bool is_supported_dtype(at::ScalarType t);
+
+// Current tpu device of this thread (the device guard's state).
+int current_device();
+void set_current_device(int device);
+
+}  // namespace tpu

@@ -1,0 +1,234 @@
+#include "csrc/aten/tensor_ops.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/ScalarTypeToTypeMeta.h>
+
+#include "csrc/aten/eager.h"
+#include "csrc/aten/storage.h"
+#include "csrc/exec/runtime.h"
+#include "csrc/lowering/lowering.h"
+
+namespace tpu {
+
+using hlo::DType;
+using hlo::Type;
+using hlo::Value;
+using lowering::to_hlo;
+
+namespace {
+
+int device_index(std::optional<at::Device> device) {
+  if (device && device->has_index()) return device->index();
+  return current_device();
+}
+
+at::ScalarType checked_dtype(std::optional<at::ScalarType> dtype) {
+  at::ScalarType t = dtype.value_or(c10::typeMetaToScalarType(c10::get_default_dtype()));
+  TORCH_CHECK_TYPE(is_supported_dtype(t), "tpu: dtype ", t, " is not supported on the tpu device");
+  return t;
+}
+
+// A tensor view covering its whole storage densely: its value is the storage value.
+bool covers_storage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_contiguous() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+
+int tpu_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
+
+// dst (tpu) <- src (tpu, same device), converted and broadcast.
+void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
+  TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
+              "unsupported operation: more than one element of the written-to tensor refers to a "
+              "single memory location. Please clone() the tensor before performing the operation.");
+  EagerProgram p(tpu_index(dst));
+  hlo::Builder& b = p.builder();
+  Value v = b.convert(p.input(src), to_hlo(dst.scalar_type()));
+  const hlo::Dims dims = dst.sizes().vec();
+  if (b.dims(v) != dims) {
+    lowering::broadcast_shapes(b.dims(v), dims);  // PyTorch's error for a bad broadcast
+    TORCH_CHECK(b.rank(v) <= static_cast<int64_t>(dims.size()), "copy_: source of shape ",
+                src.sizes(), " cannot be broadcast to ", dst.sizes());
+    v = b.broadcast_to(v, dims);
+  }
+  p.assign(dst, v);
+  p.text({});
+  p.run();
+}
+
+// The buffer holding exactly `t` (contiguous, its dtype), computed if needed.
+pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
+  TpuStorage::Value val = storage_of(t).value();
+  const DType dt = to_hlo(t.scalar_type());
+  if (val.buffer && covers_storage(t) && val.type.dtype == dt && val.type.dims == t.sizes().vec()) {
+    return val.buffer;
+  }
+  EagerProgram p(tpu_index(t));
+  p.text({p.input(t)});
+  return storage_of(p.run()[0]).value().buffer;
+}
+
+}  // namespace
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "tpu: only strided tensors are supported, got ",
+              *layout);
+  return empty_tpu(size, checked_dtype(dtype), device_index(device), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout || *layout == at::kStrided, "tpu: only strided tensors are supported, got ",
+              *layout);
+  return empty_strided_tpu(size, stride, checked_dtype(dtype), device_index(device));
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  TpuStorage& old = storage_of(storage);
+  if (nbytes == old.nbytes()) return;
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  const int device = old.device();
+  TpuStorage::Value val = old.value();
+  const int saved = current_device();
+  set_current_device(device);
+  c10::DataPtr dp = tpu_allocator()->allocate(nbytes);
+  set_current_device(saved);
+  if (val.buffer) {
+    // Keep the leading bytes; new bytes are zero.
+    hlo::Builder b;
+    Value flat = b.reshape(b.param(val.type), {val.type.numel()});
+    const int64_t w = hlo::byte_width(val.type.dtype);
+    DType dt = val.type.dtype;
+    if (nbytes % w != 0) {
+      flat = reinterpret_flat(b, flat, DType::U8);
+      dt = DType::U8;
+    }
+    const int64_t want = static_cast<int64_t>(nbytes) / hlo::byte_width(dt);
+    const int64_t have = b.dims(flat)[0];
+    Value out = want >= have ? b.pad(flat, b.zeros(Type{dt, {}}), {0}, {want - have})
+                             : b.slice(flat, {0}, {want});
+    auto bufs = exec::Runtime::get().run(b.module({out}), {val.buffer->raw()}, device);
+    storage_of(dp).set_value(bufs[0], b.type(out));
+  }
+  storage.set_data_ptr_noswap(std::move(dp));
+  storage.set_nbytes(nbytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
+  const size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
+                                                         self.element_size(), self.storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t storage_offset,
+                        c10::IntArrayRef size, c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, source, storage_offset, size, stride);
+  const size_t needed =
+      at::detail::computeStorageNbytes(size, stride, self.element_size(), storage_offset);
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride, storage_offset);
+  return self;
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(),
+                     source.strides());
+}
+
+at::Tensor& set_whole_storage(at::Tensor& self, at::Storage source) {
+  const int64_t n = static_cast<int64_t>(source.nbytes()) / self.element_size();
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  const int saved = current_device();
+  set_current_device(tpu_index(self));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, tpu_allocator(), true);
+  set_current_device(saved);
+  return set_storage(self, storage, 0, {0}, {});
+}
+
+at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
+  at::Tensor out = at::empty(src.sizes(), at::TensorOptions().dtype(dtype));
+  if (src.numel() == 0) return out;
+  TpuStorage::Value val = storage_of(src).value();
+  if (!val.buffer) return out.zero_();  // never written: zero bytes are zero in every dtype
+  at::Tensor t = src;
+  if (dtype != src.scalar_type()) {
+    EagerProgram p(tpu_index(src));
+    p.text({p.builder().convert(p.input(src), to_hlo(dtype))});
+    t = p.run()[0];
+  }
+  pjrt::BufferPtr buf = dense_buffer(t);
+  buf->to_host(out.data_ptr(), out.nbytes());
+  return out;
+}
+
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  (void)non_blocking;  // transfers complete before returning
+  if (dst.numel() == 0) return dst;
+  const bool src_tpu = src.device().type() == c10::DeviceType::PrivateUse1;
+  const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
+  if (src_tpu && dst_tpu) {
+    if (tpu_index(src) == tpu_index(dst)) {
+      copy_on_device(src, dst);
+    } else {
+      const auto& rt = exec::Runtime::get();
+      std::shared_ptr<pjrt::Buffer> moved = dense_buffer(src)->copy_to_device(rt.device(tpu_index(dst)));
+      at::Tensor tmp = tensor_from_buffer(std::move(moved), Type{to_hlo(src.scalar_type()), src.sizes().vec()},
+                                          src.scalar_type(), tpu_index(dst));
+      copy_on_device(tmp, dst);
+    }
+    return dst;
+  }
+  if (dst_tpu) {
+    TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
+    at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    const auto& rt = exec::Runtime::get();
+    const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
+    pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,
+                                                rt.device(tpu_index(dst)));
+    if (covers_storage(dst)) {
+      storage_of(dst).set_value(std::move(buf), type);
+    } else {
+      copy_on_device(tensor_from_buffer(std::move(buf), type, dst.scalar_type(), tpu_index(dst)), dst);
+    }
+    return dst;
+  }
+  TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
+  dst.copy_(to_host(src, dst.scalar_type()));
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.sizes() != src.sizes()) dst.resize_(src.sizes());
+  return copy_from(src, dst, false);
+}
+
+at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+  at::Tensor out = at::empty_like(self, self.options(), memory_format);
+  if (self.numel() > 0) copy_on_device(self, out);
+  return out;
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  return to_host(self, self.scalar_type()).item();
+}
+
+}  // namespace tpu

@@ -1,0 +1,169 @@
+#include "csrc/exec/runtime.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "csrc/hlo/builder.h"
+#include "csrc/pjrt/compile_options.h"
+
+namespace tpu::exec {
+
+namespace {
+std::mutex g_mu;
+RuntimeConfig g_config;
+Runtime* g_runtime = nullptr;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+}  // namespace
+
+pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t) {
+  using namespace pjrt::c;
+  switch (t) {
+    case hlo::DType::Pred: return PJRT_Buffer_Type_PRED;
+    case hlo::DType::I8: return PJRT_Buffer_Type_S8;
+    case hlo::DType::I16: return PJRT_Buffer_Type_S16;
+    case hlo::DType::I32: return PJRT_Buffer_Type_S32;
+    case hlo::DType::I64: return PJRT_Buffer_Type_S64;
+    case hlo::DType::U8: return PJRT_Buffer_Type_U8;
+    case hlo::DType::U16: return PJRT_Buffer_Type_U16;
+    case hlo::DType::U32: return PJRT_Buffer_Type_U32;
+    case hlo::DType::U64: return PJRT_Buffer_Type_U64;
+    case hlo::DType::F16: return PJRT_Buffer_Type_F16;
+    case hlo::DType::BF16: return PJRT_Buffer_Type_BF16;
+    case hlo::DType::F32: return PJRT_Buffer_Type_F32;
+    case hlo::DType::F64: return PJRT_Buffer_Type_F64;
+    case hlo::DType::C64: return PJRT_Buffer_Type_C64;
+    case hlo::DType::C128: return PJRT_Buffer_Type_C128;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+void Runtime::configure(const RuntimeConfig& config) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime != nullptr) return;  // too late: the runtime already started
+  g_config = config;
+}
+
+bool Runtime::started() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime != nullptr;
+}
+
+Runtime& Runtime::get() {
+  // Fast path without the lock once started; the pointer is never reset
+  // (the runtime lives until the process exits).
+  Runtime* rt = __atomic_load_n(&g_runtime, __ATOMIC_ACQUIRE);
+  if (rt != nullptr) return *rt;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime == nullptr) {
+    __atomic_store_n(&g_runtime, new Runtime(g_config), __ATOMIC_RELEASE);
+  }
+  return *g_runtime;
+}
+
+Runtime::Runtime(const RuntimeConfig& config) {
+  plugin_path_ = env("TORCH_TPU_PJRT_PLUGIN");
+  if (plugin_path_.empty()) plugin_path_ = config.plugin_path;
+  if (plugin_path_.empty()) {
+    throw pjrt::PluginError(
+        "no PJRT plugin found: TORCH_TPU_PJRT_PLUGIN is not set and no TPU (libtpu), GPU "
+        "(jax-cuda13-pjrt / jax-cuda12-pjrt) or CPU (lammps-jax-pjrt-cpu) plugin is installed. "
+        "Install one, e.g. `pip install lammps-jax-pjrt-cpu`, or point TORCH_TPU_PJRT_PLUGIN at a "
+        "PJRT plugin .so.");
+  }
+  api_ = pjrt::Api::load(plugin_path_);
+  client_ = pjrt::Client::create(api_);
+  if (client_->platform_name() == "cpu") {
+    // The XLA CPU client simulates several devices; we default to one (the
+    // `tpu` device of a machine without accelerator), TORCH_TPU_CPU_DEVICES
+    // asks for more (multi-device tests).
+    int64_t n = config.cpu_device_count;
+    const std::string e = env("TORCH_TPU_CPU_DEVICES");
+    if (!e.empty()) n = std::max<int64_t>(1, std::atoll(e.c_str()));
+    if (static_cast<int64_t>(client_->devices().size()) != n) {
+      client_.reset();
+      client_ = pjrt::Client::create(api_, {{"cpu_device_count", n}});
+    }
+  }
+  if (client_->devices().empty()) {
+    throw pjrt::PluginError("PJRT plugin '" + plugin_path_ + "' reports no addressable devices.");
+  }
+  pjrt::CompileOptions co;
+  co.portable = portable_ = client_->devices().size() > 1;
+  compile_options_ = co.serialize();
+  pending_.resize(client_->devices().size());
+  std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
+  if (cache_dir.empty()) cache_dir = config.cache_dir;
+  const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
+                               client_->platform_version() + "|" + std::to_string(api_->minor()) +
+                               "|" + std::to_string(client_->devices().size());
+  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir);
+  const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");
+  if (!blocking.empty() && blocking != "0") mode_ = ExecutionMode::Debug;
+}
+
+const pjrt::Device& Runtime::device(int index) const {
+  if (index < 0 || index >= device_count()) {
+    throw std::out_of_range("tpu device index " + std::to_string(index) + " is out of range: " +
+                            std::to_string(device_count()) + " device(s) available");
+  }
+  return client_->devices()[index];
+}
+
+std::vector<pjrt::BufferPtr> Runtime::run(const std::string& program,
+                                          const std::vector<pjrt::c::PJRT_Buffer*>& args,
+                                          int device_index) {
+  pjrt::ExecutablePtr exe = cache_->get_or_compile(program, compile_options_);
+  const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
+  ++executions_;
+  std::unique_ptr<pjrt::Event> done;
+  std::vector<pjrt::BufferPtr> out = exe->execute(args, dev, &done);
+  if (!done) return out;
+  if (mode_ == ExecutionMode::Debug) {
+    done->await();
+    return out;
+  }
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  auto& list = pending_[device_index];
+  if (list.size() >= 256) {  // drop the finished ones; errors surface on reads
+    std::vector<std::unique_ptr<pjrt::Event>> keep;
+    for (auto& e : list) {
+      if (!e->is_ready()) keep.push_back(std::move(e));
+    }
+    list.swap(keep);
+  }
+  list.push_back(std::move(done));
+  return out;
+}
+
+void Runtime::synchronize(int device_index) {
+  device(device_index);  // validates
+  std::vector<std::unique_ptr<pjrt::Event>> events;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    events.swap(pending_[device_index]);
+  }
+  for (auto& e : events) e->await();
+}
+
+pjrt::BufferPtr Runtime::scalar_buffer(hlo::DType dtype, uint64_t bits, int device_index) {
+  std::string key(1, static_cast<char>(dtype));
+  key += static_cast<char>(device_index);
+  key.append(reinterpret_cast<const char*>(&bits), sizeof(bits));
+  {
+    std::lock_guard<std::mutex> lock(scalar_mu_);
+    auto it = scalars_.find(key);
+    if (it != scalars_.end()) return it->second;
+  }
+  auto buf = client_->from_host(&bits, to_pjrt(dtype), {}, device(device_index));
+  std::lock_guard<std::mutex> lock(scalar_mu_);
+  if (scalars_.size() > 4096) scalars_.clear();  // bounded: values seen once drop out
+  scalars_.emplace(std::move(key), buf);
+  return buf;
+}
+
+}  // namespace tpu::exec

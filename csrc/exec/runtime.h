@@ -1,0 +1,82 @@
+// The process-wide device runtime: one PJRT plugin, one client, its devices,
+// the executable cache, and the execution mode. Created lazily on first use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "csrc/exec/executable_cache.h"
+#include "csrc/hlo/types.h"
+#include "csrc/pjrt/client.h"
+
+namespace tpu::exec {
+
+// Set before the runtime starts (from Python: torch_tpu picks the plugin).
+struct RuntimeConfig {
+  std::string plugin_path;        // TORCH_TPU_PJRT_PLUGIN wins over this
+  int64_t cpu_device_count = 1;   // devices of the CPU plugin (TORCH_TPU_CPU_DEVICES)
+  std::string cache_dir;          // persistent compile cache (TORCH_TPU_CACHE_DIR)
+};
+
+// Debug: wait for every program and surface its errors at the op that ran it.
+// Strict: asynchronous; the host waits only when it reads a value.
+enum class ExecutionMode { Debug, Strict };
+
+class Runtime {
+ public:
+  static void configure(const RuntimeConfig& config);
+  static Runtime& get();  // starts the runtime on first call; throws PluginError
+  static bool started();
+
+  const pjrt::Client& client() const { return *client_; }
+  int device_count() const { return static_cast<int>(client_->devices().size()); }
+  const pjrt::Device& device(int index) const;
+  ExecutableCache& cache() { return *cache_; }
+  const std::string& plugin_path() const { return plugin_path_; }
+  const std::string& compile_options() const { return compile_options_; }
+  // Whether executables are compiled for any device (chosen at execution).
+  bool portable() const { return portable_; }
+
+  ExecutionMode mode() const { return mode_; }
+  void set_mode(ExecutionMode m) { mode_ = m; }
+
+  // Compile (or find) `program` and run it on device `index`.
+  std::vector<pjrt::BufferPtr> run(const std::string& program,
+                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device);
+
+  // A rank-0 device buffer holding `bits` (the value's bytes, little endian)
+  // of `dtype`; cached, so a scalar used every step is uploaded once.
+  pjrt::BufferPtr scalar_buffer(hlo::DType dtype, uint64_t bits, int device);
+
+  // Wait until every program started on `device` finished; throws the first
+  // error one of them reported.
+  void synchronize(int device);
+
+  // Executions started (for tests and statistics).
+  int64_t executions() const { return executions_; }
+
+ private:
+  Runtime(const RuntimeConfig& config);
+  std::shared_ptr<pjrt::Api> api_;
+  std::unique_ptr<pjrt::Client> client_;
+  std::unique_ptr<ExecutableCache> cache_;
+  std::string plugin_path_;
+  std::string compile_options_;
+  bool portable_ = true;
+  ExecutionMode mode_ = ExecutionMode::Strict;
+  std::mutex scalar_mu_;
+  std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
+  std::atomic<int64_t> executions_{0};
+  // Completion events of programs not yet known to be finished, per device.
+  std::mutex pending_mu_;
+  std::vector<std::vector<std::unique_ptr<pjrt::Event>>> pending_;
+};
+
+pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t);
+
+}  // namespace tpu::exec

@@ -1,0 +1,188 @@
+// A builder of StableHLO programs, emitted as MLIR text in the generic op
+// syntax that every PJRT plugin's compiler accepts:
+//
+//   %v3 = "stablehlo.add"(%v1, %v2) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+//
+// Each helper infers its result type and checks its operands, so a lowering
+// bug is reported where it happens (as a std::logic_error naming the op and
+// the types) instead of as a parse error of the finished module.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "csrc/hlo/types.h"
+
+namespace tpu::hlo {
+
+struct Value {
+  int id = -1;
+  bool valid() const { return id >= 0; }
+  bool operator==(const Value& o) const { return id == o.id; }
+};
+
+enum class Cmp { EQ, NE, LT, LE, GT, GE };
+
+// Emitted as "#stablehlo<rng_algorithm ...>".
+enum class RngAlgorithm { Default, ThreeFry, Philox };
+
+class Builder {
+ public:
+  Builder();
+
+  // ---- program structure --------------------------------------------------
+  // A new argument of the main function.
+  Value param(const Type& type);
+  int num_params() const { return static_cast<int>(params_.size()); }
+  const Type& type(Value v) const;
+  const Dims& dims(Value v) const { return type(v).dims; }
+  DType dtype(Value v) const { return type(v).dtype; }
+  int64_t rank(Value v) const { return type(v).rank(); }
+
+  // Declare that parameter `param` may be donated to output `output`
+  // (emitted as the argument attribute tf.aliasing_output). Both must have
+  // the same type.
+  void alias(int param, int output) { aliases_.emplace_back(param, output); }
+
+  // The finished module returning `results`.
+  std::string module(const std::vector<Value>& results) const;
+
+  // ---- generic emission ---------------------------------------------------
+  // Appends `op` with the given operands, result types, attribute dictionary
+  // body (without braces) and regions (from `region`).
+  std::vector<Value> emit(std::string_view op, const std::vector<Value>& operands,
+                          const std::vector<Type>& results, std::string_view attrs = {},
+                          const std::vector<std::string>& regions = {});
+  Value emit1(std::string_view op, const std::vector<Value>& operands, const Type& result,
+              std::string_view attrs = {}, const std::vector<std::string>& regions = {});
+
+  // A region with one block whose arguments have `arg_types`; `body` returns
+  // the values the block returns (stablehlo.return).
+  using RegionBody = std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
+  std::string region(const std::vector<Type>& arg_types, const RegionBody& body);
+
+  // ---- constants ------------------------------------------------------------
+  // A scalar (rank-0) constant; for floats of 16 bits the value is rounded
+  // from f32. Integers are given in `ivalue` (exact for 64 bits).
+  Value constant(double value, DType dtype);
+  Value constant_int(int64_t value, DType dtype);
+  Value constant_bool(bool value);
+  // `value` broadcast to `dims`.
+  Value full(double value, DType dtype, const Dims& dims);
+  Value full_int(int64_t value, DType dtype, const Dims& dims);
+  Value zeros(const Type& type);
+  // A constant with the given elements (row-major), for small index tables.
+  Value constant_i64s(const std::vector<int64_t>& values, const Dims& dims, DType dtype = DType::I64);
+  // The most negative / positive value of a dtype (-inf / inf for floats).
+  Value lowest(DType dtype);
+  Value highest(DType dtype);
+  Value iota(const Type& type, int64_t dim);
+
+  // ---- elementwise ----------------------------------------------------------
+  // Operands must have equal types (use broadcast/convert first).
+  Value unary(std::string_view op, Value x);                 // result type = x's
+  Value binary(std::string_view op, Value x, Value y);       // result type = x's
+  Value add(Value x, Value y) { return binary("stablehlo.add", x, y); }
+  Value sub(Value x, Value y) { return binary("stablehlo.subtract", x, y); }
+  Value mul(Value x, Value y) { return binary("stablehlo.multiply", x, y); }
+  Value div(Value x, Value y) { return binary("stablehlo.divide", x, y); }
+  Value rem(Value x, Value y) { return binary("stablehlo.remainder", x, y); }
+  Value max(Value x, Value y) { return binary("stablehlo.maximum", x, y); }
+  Value min(Value x, Value y) { return binary("stablehlo.minimum", x, y); }
+  Value pow(Value x, Value y) { return binary("stablehlo.power", x, y); }
+  Value and_(Value x, Value y) { return binary("stablehlo.and", x, y); }
+  Value or_(Value x, Value y) { return binary("stablehlo.or", x, y); }
+  Value xor_(Value x, Value y) { return binary("stablehlo.xor", x, y); }
+  Value neg(Value x) { return unary("stablehlo.negate", x); }
+  Value not_(Value x) { return unary("stablehlo.not", x); }
+  Value abs(Value x);
+  Value compare(Cmp dir, Value x, Value y);
+  Value select(Value pred, Value on_true, Value on_false);
+  Value clamp(Value lo, Value x, Value hi);
+  Value convert(Value x, DType to);
+  Value bitcast_convert(Value x, DType to);
+  Value is_finite(Value x);
+
+  // ---- shapes ---------------------------------------------------------------
+  Value reshape(Value x, const Dims& dims);
+  Value transpose(Value x, const Dims& perm);
+  Value broadcast_in_dim(Value x, const Dims& dims, const Dims& broadcast_dimensions);
+  // NumPy-style: align trailing dimensions of x with `dims`.
+  Value broadcast_to(Value x, const Dims& dims);
+  Value slice(Value x, const Dims& start, const Dims& limit, const Dims& strides = {});
+  // Take `[start, start + size)` of dimension `dim`, step `step`.
+  Value slice_dim(Value x, int64_t dim, int64_t start, int64_t limit, int64_t step = 1);
+  Value dynamic_slice(Value x, const std::vector<Value>& starts, const Dims& sizes);
+  Value dynamic_update_slice(Value x, Value update, const std::vector<Value>& starts);
+  Value concatenate(const std::vector<Value>& xs, int64_t dim);
+  Value pad(Value x, Value pad_value, const Dims& low, const Dims& high, const Dims& interior = {});
+  Value reverse(Value x, const Dims& dims);
+
+  // ---- contractions, reductions, windows ------------------------------------
+  Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
+                    const Dims& lhs_contract, const Dims& rhs_contract, DType out,
+                    bool highest_precision = true);
+  // Reduce `inputs` (same dims) over `dims` with `body` taking 2*n scalars.
+  std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
+                            const Dims& dims, const RegionBody& body);
+  // Single-input reduction with a binary stablehlo op as combiner.
+  Value reduce(Value x, Value init, const Dims& dims, std::string_view combiner);
+  Value reduce_window(Value x, Value init, const Dims& window, const Dims& strides,
+                      const Dims& base_dilation, const Dims& window_dilation,
+                      const std::vector<std::pair<int64_t, int64_t>>& padding,
+                      std::string_view combiner);
+  // Sort `inputs` along `dim`; `comparator` gets 2*n scalars (lhs_i, rhs_i).
+  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
+                          const RegionBody& comparator);
+  Value convolution(Value lhs, Value rhs, const Dims& strides,
+                    const std::vector<std::pair<int64_t, int64_t>>& padding,
+                    const Dims& lhs_dilation, const Dims& rhs_dilation, int64_t feature_groups,
+                    int64_t batch_groups, DType out);
+
+  // ---- indexing ---------------------------------------------------------------
+  struct GatherDims {
+    Dims offset_dims, collapsed_slice_dims, operand_batching_dims, start_indices_batching_dims,
+        start_index_map;
+    int64_t index_vector_dim = 0;
+  };
+  Value gather(Value operand, Value indices, const GatherDims& dn, const Dims& slice_sizes,
+               const Dims& result_dims);
+  struct ScatterDims {
+    Dims update_window_dims, inserted_window_dims, input_batching_dims,
+        scatter_indices_batching_dims, scatter_dims_to_operand_dims;
+    int64_t index_vector_dim = 0;
+  };
+  // Scatter with a combiner region over (old, update) scalars; nullptr body
+  // means "replace".
+  Value scatter(Value operand, Value indices, Value updates, const ScatterDims& dn,
+                const RegionBody& combiner);
+
+  // ---- random ---------------------------------------------------------------
+  // Returns {new_state, bits}; `state` is ui64[2] for ThreeFry/Philox.
+  std::pair<Value, Value> rng_bit_generator(Value state, const Type& bits, RngAlgorithm alg);
+
+ private:
+  struct Frame {
+    std::string text;
+  };
+  Value new_value(const Type& t);
+  std::string& out() { return frames_.back().text; }
+  void write_operands(const std::vector<Value>& operands);
+  void check(bool ok, std::string_view op, const std::string& what) const;
+
+  std::vector<Type> types_;
+  std::vector<Value> params_;
+  std::vector<std::pair<int, int>> aliases_;
+  std::vector<Frame> frames_;
+  int indent_ = 2;
+};
+
+// "array<i64: 1, 2>" / "array<i64>"
+std::string array_attr(const Dims& values);
+// "[1, 2]"
+std::string list_attr(const Dims& values);
+
+}  // namespace tpu::hlo

@@ -1,0 +1,88 @@
+#include "csrc/lowering/common.h"
+
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/ScalarTypeToTypeMeta.h>
+
+#include <algorithm>
+
+namespace tpu::lowering {
+
+at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
+
+Dims arg_shape(Context& c, size_t i) { return c.args.is_tensor(i) ? c.args.info(i).sizes : Dims{}; }
+
+ResultType& promote_arg(ResultType& r, Context& c, size_t i) {
+  return c.args.is_tensor(i) ? r.tensor(c.args.info(i)) : r.scalar(c.args.scalar(i));
+}
+
+Value operand(Context& c, size_t i, at::ScalarType t, const Dims& dims) {
+  Builder& b = c.b;
+  Value v = c.args.is_tensor(i) ? cast(b, c.args.tensor(i), t) : c.args.scalar_value(i, to_hlo(t));
+  return b.broadcast_to(v, dims);
+}
+
+Promoted promote2(Context& c, size_t i, size_t j, bool opmath) {
+  ResultType r;
+  promote_arg(r, c, i);
+  promote_arg(r, c, j);
+  Promoted p;
+  p.type = r.get();
+  p.compute = opmath ? opmath_type(p.type) : p.type;
+  p.shape = broadcast_shapes(arg_shape(c, i), arg_shape(c, j));
+  p.a = operand(c, i, p.compute, p.shape);
+  p.b = operand(c, j, p.compute, p.shape);
+  return p;
+}
+
+Dims reduce_dims(Context& c, size_t dim_arg, int64_t rank) {
+  std::vector<int64_t> dims;
+  if (c.args.has(dim_arg)) dims = c.args.ints(dim_arg);
+  if (dims.empty()) {
+    Dims all(rank);
+    for (int64_t i = 0; i < rank; ++i) all[i] = i;
+    return all;
+  }
+  Dims w = wrap_dims(dims, rank);
+  if (rank == 0) return {};
+  std::sort(w.begin(), w.end());
+  return w;
+}
+
+Dims kept_shape(const Dims& sizes, const Dims& dims, bool keepdim) {
+  Dims out;
+  for (int64_t i = 0; i < static_cast<int64_t>(sizes.size()); ++i) {
+    const bool reduced = std::find(dims.begin(), dims.end(), i) != dims.end();
+    if (!reduced) {
+      out.push_back(sizes[i]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+Value sum_over(Builder& b, Value x, const Dims& dims) {
+  if (dims.empty()) return x;
+  const DType dt = b.dtype(x);
+  Value zero = dt == DType::Pred ? b.constant_bool(false) : b.constant_int(0, dt);
+  return b.reduce(x, zero, dims, dt == DType::Pred ? "stablehlo.or" : "stablehlo.add");
+}
+
+Value keep_dims(Builder& b, Value reduced, const Dims& in_sizes, const Dims& dims, bool keepdim) {
+  if (!keepdim) return reduced;
+  return b.reshape(reduced, kept_shape(in_sizes, dims, true));
+}
+
+int64_t count_over(const Dims& sizes, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= sizes[d];
+  return n;
+}
+
+Value splat(Builder& b, Value x, const Dims& dims) { return b.broadcast_to(x, dims); }
+
+void unsupported(Context& c, const std::string& what) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, c.op, " on the tpu device does not support ", what, ".");
+}
+
+}  // namespace tpu::lowering

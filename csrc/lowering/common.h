@@ -1,0 +1,49 @@
+// Helpers shared by the lowering families.
+#pragma once
+
+#include "csrc/lowering/lowering.h"
+
+namespace tpu::lowering {
+
+inline std::vector<Value> one(Value v) { return {v}; }
+
+inline Value cast(Builder& b, Value v, at::ScalarType t) { return b.convert(v, to_hlo(t)); }
+
+inline bool is_integral(at::ScalarType t) { return c10::isIntegralType(t, /*includeBool=*/true); }
+inline bool is_floating(at::ScalarType t) { return c10::isFloatingType(t); }
+
+// The default float dtype (torch.get_default_dtype()).
+at::ScalarType default_float();
+
+// Shape of argument i: a tensor's sizes, {} for a Scalar.
+Dims arg_shape(Context& c, size_t i);
+// Add argument i (tensor or Scalar) to a type promotion.
+ResultType& promote_arg(ResultType& r, Context& c, size_t i);
+// Argument i (tensor or Scalar) converted to `t` and broadcast to `dims`.
+Value operand(Context& c, size_t i, at::ScalarType t, const Dims& dims);
+
+// Arguments i and j promoted to their result type and broadcast together.
+struct Promoted {
+  Value a, b;
+  at::ScalarType type;     // the result type (torch.result_type)
+  at::ScalarType compute;  // the type the values are in (opmath of `type` if requested)
+  Dims shape;
+};
+Promoted promote2(Context& c, size_t i, size_t j, bool opmath);
+
+// Reduction helpers.
+Dims reduce_dims(Context& c, size_t dim_arg, int64_t rank);  // dim=None/[] -> all
+Dims kept_shape(const Dims& sizes, const Dims& dims, bool keepdim);
+Value sum_over(Builder& b, Value x, const Dims& dims);
+// Re-insert reduced dims as size 1 (keepdim=True).
+Value keep_dims(Builder& b, Value reduced, const Dims& in_sizes, const Dims& dims, bool keepdim);
+
+// Numbers of elements along `dims`.
+int64_t count_over(const Dims& sizes, const Dims& dims);
+
+// x converted to `t`, broadcast to `dims` (a rank-0 or same-rank value).
+Value splat(Builder& b, Value x, const Dims& dims);
+
+[[noreturn]] void unsupported(Context& c, const std::string& what);
+
+}  // namespace tpu::lowering

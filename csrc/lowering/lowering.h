@@ -1,0 +1,162 @@
+// The lowering table: ATen op -> StableHLO.
+//
+// A lowering is a function that appends StableHLO to a builder, given the
+// op's arguments (tensor inputs as typed program values, the rest as host
+// values), and returns the op's results. Eager execution (one program per op)
+// uses it today; fused eager and torch.compile replay the same functions over
+// a larger program. Only the functional form of an op is lowered: in-place
+// (`add_`) and out= (`add.out`) variants reuse it and write the result back.
+//
+// Lowerings see no ATen tensors, only `Args`, so they compile quickly and run
+// unchanged under every execution mode.
+#pragma once
+
+#include <c10/core/Scalar.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "csrc/hlo/builder.h"
+
+namespace tpu::lowering {
+
+using hlo::Builder;
+using hlo::Dims;
+using hlo::DType;
+using hlo::Type;
+using hlo::Value;
+
+// What a lowering knows of a tensor argument.
+struct TensorInfo {
+  at::ScalarType dtype = at::kFloat;
+  Dims sizes;
+  // A Python number turned into a 0-dim tensor: it takes part in type
+  // promotion like a Scalar.
+  bool wrapped_number = false;
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    return n;
+  }
+};
+
+// The arguments of one op call, by schema position.
+class Args {
+ public:
+  virtual ~Args() = default;
+  virtual size_t size() const = 0;
+  virtual bool is_none(size_t i) const = 0;
+  // Whether argument i is a tensor (rather than a Scalar or other value).
+  virtual bool is_tensor(size_t i) const = 0;
+
+  // Tensor arguments: the value in the program, and its metadata.
+  virtual Value tensor(size_t i) = 0;
+  virtual const TensorInfo& info(size_t i) = 0;
+  // Tensor[] (and Tensor?[], where undefined entries come back invalid).
+  virtual std::vector<Value> tensors(size_t i) = 0;
+  virtual std::vector<TensorInfo> infos(size_t i) = 0;
+
+  // Host values.
+  virtual int64_t int_(size_t i) const = 0;
+  virtual std::vector<int64_t> ints(size_t i) const = 0;
+  virtual double double_(size_t i) const = 0;
+  virtual bool bool_(size_t i) const = 0;
+  virtual std::string string(size_t i) const = 0;
+  virtual c10::Scalar scalar(size_t i) const = 0;
+  virtual at::ScalarType scalar_type(size_t i) const = 0;
+  virtual std::vector<double> doubles(size_t i) const = 0;
+
+  // A Scalar argument as a rank-0 program value of `dtype`: a runtime operand
+  // in eager mode, so that a changing learning rate does not recompile.
+  virtual Value scalar_value(size_t i, DType dtype) = 0;
+  // Any host number as a runtime rank-0 operand of `dtype`.
+  virtual Value runtime_scalar(const c10::Scalar& s, DType dtype) = 0;
+
+  // A fresh ui64[2] random key drawn from the Generator at argument `i`
+  // (or the default generator of the device when it is None).
+  virtual Value rng_key(size_t i) = 0;
+
+  // Optional helpers.
+  std::optional<int64_t> opt_int(size_t i) const {
+    return i < size() && !is_none(i) ? std::optional<int64_t>(int_(i)) : std::nullopt;
+  }
+  std::optional<double> opt_double(size_t i) const {
+    return i < size() && !is_none(i) ? std::optional<double>(double_(i)) : std::nullopt;
+  }
+  std::optional<at::ScalarType> opt_scalar_type(size_t i) const {
+    return i < size() && !is_none(i) ? std::optional<at::ScalarType>(scalar_type(i)) : std::nullopt;
+  }
+  bool has(size_t i) const { return i < size() && !is_none(i); }
+};
+
+// How precisely float32 matmuls and convolutions are computed
+// (torch.set_float32_matmul_precision).
+enum class MatmulPrecision { Highest, High, Medium };
+
+struct Context {
+  Builder& b;
+  Args& args;
+  std::string_view op;  // e.g. "aten::add.Tensor"
+  MatmulPrecision precision = MatmulPrecision::Highest;
+};
+
+using LoweringFn = std::vector<Value> (*)(Context&);
+
+// Register `fn` as the lowering of the functional ATen op `name`
+// ("aten::add.Tensor"). Called from static initializers (TPU_LOWERINGS).
+void register_lowering(const char* name, LoweringFn fn);
+LoweringFn find_lowering(std::string_view name);
+std::vector<std::string> lowering_names();
+
+struct LoweringRegistrar {
+  explicit LoweringRegistrar(void (*fn)()) { fn(); }
+};
+#define TPU_LOWERINGS_CONCAT2(a, b) a##b
+#define TPU_LOWERINGS_CONCAT(a, b) TPU_LOWERINGS_CONCAT2(a, b)
+// TPU_LOWERINGS(family) { reg("aten::neg", lower_neg); ... }
+#define TPU_LOWERINGS(family)                                                            \
+  static void tpu_register_##family();                                                   \
+  static ::tpu::lowering::LoweringRegistrar TPU_LOWERINGS_CONCAT(tpu_registrar_, family)( \
+      &tpu_register_##family);                                                           \
+  static void tpu_register_##family()
+
+inline void reg(const char* name, LoweringFn fn) { register_lowering(name, fn); }
+
+// ---- dtypes -----------------------------------------------------------------
+
+DType to_hlo(at::ScalarType t);
+at::ScalarType to_aten(DType t);
+
+// The dtype arithmetic is carried out in: float for half and bfloat16 (as
+// PyTorch's CPU kernels do), the dtype itself otherwise.
+at::ScalarType opmath_type(at::ScalarType t);
+
+// PyTorch's type promotion (torch.result_type) over tensors and scalars.
+class ResultType {
+ public:
+  ResultType& tensor(const TensorInfo& info);
+  ResultType& scalar(const c10::Scalar& s);
+  at::ScalarType get() const;
+
+ private:
+  at::ScalarType dim_ = at::ScalarType::Undefined;
+  at::ScalarType zero_ = at::ScalarType::Undefined;
+  at::ScalarType wrapped_ = at::ScalarType::Undefined;
+};
+
+// ---- shapes -----------------------------------------------------------------
+
+// Broadcast shape of two shapes, with PyTorch's error for mismatches.
+Dims broadcast_shapes(const Dims& a, const Dims& b);
+// Normalize a possibly negative dim against rank (rank 0 accepts -1 and 0),
+// raising IndexError as PyTorch does.
+int64_t wrap_dim(int64_t dim, int64_t rank);
+Dims wrap_dims(const std::vector<int64_t>& dims, int64_t rank);
+std::string dims_string(const Dims& d);
+
+}  // namespace tpu::lowering

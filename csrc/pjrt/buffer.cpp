@@ -1,0 +1,118 @@
+#include "csrc/pjrt/buffer.h"
+
+#include "csrc/pjrt/client.h"
+
+namespace tpu::pjrt {
+
+Event::~Event() {
+  if (event_ == nullptr) return;
+  auto args = make_args<c::PJRT_Event_Destroy_Args>();
+  args.event = event_;
+  // Destroying cannot usefully fail; never throw from a destructor.
+  try {
+    api_->check(api_->raw()->PJRT_Event_Destroy(&args), "PJRT_Event_Destroy");
+  } catch (...) {
+  }
+}
+
+void Event::await() {
+  auto args = make_args<c::PJRT_Event_Await_Args>();
+  args.event = event_;
+  TPU_PJRT_CALL(*api_, Event_Await, args);
+  auto err = make_args<c::PJRT_Event_Error_Args>();
+  err.event = event_;
+  TPU_PJRT_CALL(*api_, Event_Error, err);
+}
+
+bool Event::is_ready() {
+  auto args = make_args<c::PJRT_Event_IsReady_Args>();
+  args.event = event_;
+  TPU_PJRT_CALL(*api_, Event_IsReady, args);
+  return args.is_ready;
+}
+
+Buffer::~Buffer() {
+  if (buffer_ == nullptr) return;
+  auto args = make_args<c::PJRT_Buffer_Destroy_Args>();
+  args.buffer = buffer_;
+  try {
+    api_->check(api_->raw()->PJRT_Buffer_Destroy(&args), "PJRT_Buffer_Destroy");
+  } catch (...) {
+  }
+}
+
+c::PJRT_Buffer_Type Buffer::element_type() const {
+  auto args = make_args<c::PJRT_Buffer_ElementType_Args>();
+  args.buffer = buffer_;
+  TPU_PJRT_CALL(*api_, Buffer_ElementType, args);
+  return args.type;
+}
+
+std::vector<int64_t> Buffer::dims() const {
+  auto args = make_args<c::PJRT_Buffer_Dimensions_Args>();
+  args.buffer = buffer_;
+  TPU_PJRT_CALL(*api_, Buffer_Dimensions, args);
+  return std::vector<int64_t>(args.dims, args.dims + args.num_dims);
+}
+
+size_t Buffer::on_device_size_in_bytes() const {
+  auto args = make_args<c::PJRT_Buffer_OnDeviceSizeInBytes_Args>();
+  args.buffer = buffer_;
+  TPU_PJRT_CALL(*api_, Buffer_OnDeviceSizeInBytes, args);
+  return args.on_device_size_in_bytes;
+}
+
+void Buffer::to_host(void* dst, size_t nbytes) const {
+  auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
+  args.src = buffer_;
+  args.dst = dst;
+  args.dst_size = nbytes;
+  TPU_PJRT_CALL(*api_, Buffer_ToHostBuffer, args);
+  if (args.event != nullptr) Event(api_.get(), args.event).await();
+}
+
+void Buffer::await_ready() const {
+  auto args = make_args<c::PJRT_Buffer_ReadyEvent_Args>();
+  args.buffer = buffer_;
+  TPU_PJRT_CALL(*api_, Buffer_ReadyEvent, args);
+  if (args.event != nullptr) Event(api_.get(), args.event).await();
+}
+
+std::unique_ptr<Buffer> Buffer::copy_to_device(const Device& device) const {
+  auto args = make_args<c::PJRT_Buffer_CopyToDevice_Args>();
+  args.buffer = buffer_;
+  args.dst_device = device.raw();
+  TPU_PJRT_CALL(*api_, Buffer_CopyToDevice, args);
+  return std::make_unique<Buffer>(api_, args.dst_buffer);
+}
+
+size_t element_size(c::PJRT_Buffer_Type type) {
+  switch (type) {
+    case c::PJRT_Buffer_Type_PRED:
+    case c::PJRT_Buffer_Type_S8:
+    case c::PJRT_Buffer_Type_U8:
+    case c::PJRT_Buffer_Type_F8E5M2:
+    case c::PJRT_Buffer_Type_F8E4M3FN:
+      return 1;
+    case c::PJRT_Buffer_Type_S16:
+    case c::PJRT_Buffer_Type_U16:
+    case c::PJRT_Buffer_Type_F16:
+    case c::PJRT_Buffer_Type_BF16:
+      return 2;
+    case c::PJRT_Buffer_Type_S32:
+    case c::PJRT_Buffer_Type_U32:
+    case c::PJRT_Buffer_Type_F32:
+      return 4;
+    case c::PJRT_Buffer_Type_S64:
+    case c::PJRT_Buffer_Type_U64:
+    case c::PJRT_Buffer_Type_F64:
+    case c::PJRT_Buffer_Type_C64:
+      return 8;
+    case c::PJRT_Buffer_Type_C128:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tpu::pjrt

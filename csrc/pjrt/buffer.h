@@ -1,0 +1,68 @@
+// RAII owners of PJRT events and device buffers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "csrc/pjrt/api.h"
+
+namespace tpu::pjrt {
+
+class Device;
+
+// A PJRT_Event: completion of an asynchronous transfer or execution.
+class Event {
+ public:
+  Event(const Api* api, c::PJRT_Event* event) : api_(api), event_(event) {}
+  ~Event();
+  Event(Event&& other) noexcept : api_(other.api_), event_(other.event_) { other.event_ = nullptr; }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Block until the event is ready; throw the plugin's error if it failed.
+  void await();
+  bool is_ready();
+
+ private:
+  const Api* api_;
+  c::PJRT_Event* event_;
+};
+
+// A device buffer. Buffers are immutable: an in-place update on the device
+// produces a new buffer (possibly reusing this one's memory by donation).
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<const Api> api, c::PJRT_Buffer* buffer)
+      : api_(std::move(api)), buffer_(buffer) {}
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  c::PJRT_Buffer* raw() const { return buffer_; }
+  c::PJRT_Buffer_Type element_type() const;
+  std::vector<int64_t> dims() const;
+  size_t on_device_size_in_bytes() const;
+
+  // Copy the buffer (dense, row-major) into `dst`, which holds `nbytes`.
+  // Blocks until the data is there; surfaces errors of the computation that
+  // produced the buffer.
+  void to_host(void* dst, size_t nbytes) const;
+
+  // Block until the buffer's producer finished; throws its error if it failed.
+  void await_ready() const;
+
+  // A copy of this buffer on another device of the same client.
+  std::unique_ptr<Buffer> copy_to_device(const Device& device) const;
+
+ private:
+  std::shared_ptr<const Api> api_;
+  c::PJRT_Buffer* buffer_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// Bytes per element of a PJRT buffer type (0 for types we do not use).
+size_t element_size(c::PJRT_Buffer_Type type);
+
+}  // namespace tpu::pjrt

@@ -1,0 +1,135 @@
+"""torch_tpu: PyTorch on TPUs and every other PJRT device, as the ``tpu`` device.
+
+    import torch, torch_tpu
+    model.to("tpu")
+
+Importing registers the ``tpu`` device (PyTorch's PrivateUse1 backend), the
+``torch.tpu`` module and the ``.tpu()`` methods. The PJRT plugin is loaded on
+first use: ``TORCH_TPU_PJRT_PLUGIN`` if set, else libtpu on TPU hosts, else the
+CUDA plugin on NVIDIA hosts, else the XLA CPU plugin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+
+# Quiet the XLA plugin's informational logging unless the user asked for it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import torch  # noqa: E402
+
+from . import _plugin  # noqa: E402
+
+__all__ = [
+    "cache_stats",
+    "clear_cache",
+    "cpu_fallback_counts",
+    "execution_mode",
+    "get_execution_mode",
+    "plugin_info",
+    "set_cpu_fallback",
+    "set_execution_mode",
+]
+
+
+def _library_path() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    hits = sorted(glob.glob(os.path.join(here, "lib", "libtorch_tpu*.so")))
+    if not hits:
+        raise ImportError(
+            "torch_tpu's C++ extension is missing (torch_tpu/lib/libtorch_tpu.so). Build it with "
+            "`pip install --no-build-isolation -e .` from the repository root."
+        )
+    return hits[0]
+
+
+torch.ops.load_library(_library_path())
+_ops = torch.ops.torch_tpu
+
+torch.utils.rename_privateuse1_backend("tpu")
+
+from . import tpu as _tpu_module  # noqa: E402
+
+torch._register_device_module("tpu", _tpu_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+_PLUGIN = _plugin.find_plugin()
+_ops._configure(
+    _PLUGIN.path,
+    int(os.environ.get("TORCH_TPU_CPU_DEVICES", "1")),
+    os.environ.get("TORCH_TPU_CACHE_DIR", ""),
+)
+
+from . import _kernels  # noqa: E402
+
+_kernels.register()
+
+from . import api  # noqa: E402,F401
+
+
+def plugin_info() -> dict[str, str]:
+    """The PJRT plugin behind the ``tpu`` device (starts the runtime)."""
+    path, platform, version, api_version = (str(s) for s in _ops._runtime_info())
+    return {
+        "path": path,
+        "kind": _PLUGIN.kind,
+        "platform": platform,
+        "platform_version": version,
+        "pjrt_api_version": api_version,
+    }
+
+
+def cache_stats() -> dict[str, float]:
+    """Statistics of the executable cache shared by all execution modes."""
+    hits, misses, disk_hits, entries, seconds = (float(v) for v in _ops.cache_stats())
+    return {
+        "hits": int(hits),
+        "misses": int(misses),
+        "disk_hits": int(disk_hits),
+        "entries": int(entries),
+        "compile_seconds": seconds,
+    }
+
+
+def clear_cache() -> None:
+    """Drop the in-memory compiled programs (the on-disk cache stays)."""
+    _ops.clear_cache()
+
+
+def set_cpu_fallback(enabled: bool) -> None:
+    """Run ops without a tpu lowering on the CPU (off by default; slow)."""
+    _ops.set_cpu_fallback(bool(enabled))
+
+
+def cpu_fallback_enabled() -> bool:
+    return bool(_ops.cpu_fallback_enabled())
+
+
+def cpu_fallback_counts() -> dict[str, int]:
+    """How many times each op ran through the CPU fallback."""
+    names, counts = _ops.cpu_fallback_counts()
+    return dict(zip(names, (int(c) for c in counts)))
+
+
+def set_execution_mode(mode: str) -> None:
+    """``"strict"`` (asynchronous, the default) or ``"debug"`` (synchronous)."""
+    _ops.set_execution_mode(mode)
+
+
+def get_execution_mode() -> str:
+    return str(_ops.execution_mode())
+
+
+@contextlib.contextmanager
+def execution_mode(mode: str):
+    """Run the block in ``mode`` (``"debug"`` or ``"strict"``)."""
+    previous = get_execution_mode()
+    set_execution_mode(mode)
+    try:
+        yield
+    finally:
+        set_execution_mode(previous)

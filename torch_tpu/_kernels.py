@@ -1,0 +1,62 @@
+"""Registering the lowered ops with the dispatcher.
+
+The C++ lowering table holds functional ops only ("aten::add.Tensor"). Each
+one also serves its in-place ("aten::add_.Tensor") and out= ("aten::add.out")
+variants, found here by matching schemas: same arguments, plus the mutated
+self or the out arguments. Ops that PyTorch decomposes itself
+(CompositeImplicitAutograd) are left alone: a backend kernel would hide their
+autograd formula.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FUNCTIONAL, INPLACE, OUT = 0, 1, 2
+
+
+def _full_name(schema) -> str:
+    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+
+def _signature(args) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in args]
+
+
+def _is_composite_implicit(name: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd")
+
+
+def variants_of(functional: str) -> list[tuple[str, int]]:
+    """[(variant name, kind)] served by the lowering of ``functional``."""
+    base, _, overload = functional.partition(".")
+    schemas = torch._C._jit_get_schemas_for_operator(base)
+    fschema = next((s for s in schemas if s.overload_name == overload), None)
+    if fschema is None:
+        raise RuntimeError(f"torch_tpu: no ATen op named {functional}")
+    fsig = _signature(fschema.arguments)
+    out: list[tuple[str, int]] = [(functional, FUNCTIONAL)]
+    for s in torch._C._jit_get_schemas_for_operator(base + "_"):
+        args = s.arguments
+        if s.overload_name == overload and args and args[0].alias_info is not None:
+            if args[0].alias_info.is_write and _signature(args) == fsig:
+                out.append((_full_name(s), INPLACE))
+    for s in schemas:
+        outs = [a for a in s.arguments if a.is_out]
+        if not outs or s is fschema:
+            continue
+        if _signature([a for a in s.arguments if not a.is_out]) == fsig:
+            out.append((_full_name(s), OUT))
+    return [(n, k) for n, k in out if not _is_composite_implicit(n)]
+
+
+def register() -> int:
+    """Register every lowered op and its variants; returns how many."""
+    variants, functionals, kinds = [], [], []
+    for functional in torch.ops.torch_tpu._lowering_names():
+        for name, kind in variants_of(functional):
+            variants.append(name)
+            functionals.append(functional)
+            kinds.append(kind)
+    torch.ops.torch_tpu._register_kernels(variants, functionals, kinds)
+    return len(variants)

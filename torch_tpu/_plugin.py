@@ -1,0 +1,81 @@
+"""Finding the PJRT plugin that backs the ``tpu`` device.
+
+Order: ``TORCH_TPU_PJRT_PLUGIN`` (a path), else libtpu when TPU chips are
+present, else the CUDA plugin when an NVIDIA GPU is present, else the CPU
+plugin. Nothing is loaded here; the C++ runtime loads the chosen file on
+first use and reports what went wrong with it.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class PluginChoice:
+    path: str  # "" when nothing was found
+    kind: str  # "env", "tpu", "cuda", "cpu" or "none"
+    searched: list[str]
+
+
+def _package_file(package: str, *relative: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for base in spec.submodule_search_locations:
+        for rel in relative:
+            for hit in sorted(glob.glob(os.path.join(base, rel))):
+                if os.path.isfile(hit):
+                    return hit
+    return None
+
+
+def _tpu_chips_present() -> bool:
+    # TPU VMs expose the chips as /dev/accel* (v4, v5) or /dev/vfio (v5e+, v6).
+    return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio") and bool(
+        glob.glob("/dev/vfio/[0-9]*")
+    )
+
+
+def _nvidia_gpu_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def find_plugin() -> PluginChoice:
+    searched: list[str] = []
+    env = os.environ.get("TORCH_TPU_PJRT_PLUGIN", "")
+    if env:
+        return PluginChoice(env, "env", ["TORCH_TPU_PJRT_PLUGIN=" + env])
+
+    searched.append("libtpu (pip install libtpu) with TPU chips in /dev/accel* or /dev/vfio")
+    if _tpu_chips_present():
+        path = _package_file("libtpu", "libtpu.so")
+        if path:
+            return PluginChoice(path, "tpu", searched)
+
+    searched.append("jax-cuda13-pjrt / jax-cuda12-pjrt with an NVIDIA GPU in /dev/nvidia*")
+    if _nvidia_gpu_present():
+        for pkg, rel in (
+            ("jax_plugins.xla_cuda13", "xla_cuda_plugin.so"),
+            ("jax_plugins.xla_cuda12", "xla_cuda_plugin.so"),
+            ("xla_cuda13_pjrt", "*.so"),
+        ):
+            path = _package_file(pkg, rel)
+            if path:
+                return PluginChoice(path, "cuda", searched)
+
+    searched.append("lammps-jax-pjrt-cpu or xla-cpu-pjrt (the CPU plugin)")
+    for pkg, rel in (
+        ("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
+        ("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so"),
+    ):
+        path = _package_file(pkg, rel)
+        if path:
+            return PluginChoice(path, "cpu", searched)
+    return PluginChoice("", "none", searched)
