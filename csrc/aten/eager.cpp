@@ -174,8 +174,22 @@ void EagerProgram::assign(const at::Tensor& dst, Value value) {
   s.full = covers ? value : Value{};
 }
 
+int64_t EagerProgram::evaluate_int(Value v) {
+  Value as_i64 = b_.convert(v, DType::I64);
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  for (const auto& a : args_) raw.push_back(a->raw());
+  auto outs = exec::Runtime::get().run(b_.module({as_i64}), raw, device_);
+  int64_t result = 0;
+  outs[0]->to_host(&result, sizeof(result));
+  return result;
+}
+
 const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
-  std::vector<Value> all = outputs;
+  // Invalid values are undefined results (e.g. masked-off gradients).
+  std::vector<Value> all;
+  for (Value v : outputs) {
+    if (v.valid()) all.push_back(v);
+  }
   outputs_ = outputs;
   written_.clear();
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -202,14 +216,19 @@ std::vector<at::Tensor> EagerProgram::run() {
   std::vector<pjrt::BufferPtr> outs = exec::Runtime::get().run(text_, raw, device_);
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());
-  for (size_t i = 0; i < outputs_.size(); ++i) {
-    const Type& t = b_.type(outputs_[i]);
-    results.push_back(tensor_from_buffer(outs[i], t, to_aten(t.dtype), device_));
+  size_t next = 0;
+  for (Value v : outputs_) {
+    if (!v.valid()) {
+      results.emplace_back();
+      continue;
+    }
+    const Type& t = b_.type(v);
+    results.push_back(tensor_from_buffer(outs[next++], t, to_aten(t.dtype), device_));
   }
   for (size_t k = 0; k < written_.size(); ++k) {
     Slot& s = slots_[written_[k]];
     Value out = s.full.valid() ? s.full : s.flat;
-    s.tpu->set_value(outs[outputs_.size() + k], b_.type(out));
+    s.tpu->set_value(outs[next + k], b_.type(out));
   }
   return results;
 }

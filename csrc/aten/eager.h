@@ -32,6 +32,9 @@ class EagerProgram {
   // Write `value` (dims = dst sizes, dtype = dst dtype) into the view `dst`.
   void assign(const at::Tensor& dst, hlo::Value value);
 
+  // Run what was built so far and return the value of `v` (rank 0, integer).
+  int64_t evaluate_int(hlo::Value v);
+
   // The program's text for `outputs` (plus the storages written by assign).
   const std::string& text(const std::vector<hlo::Value>& outputs);
   // Compile (cached) and run; returns the outputs as new contiguous tensors

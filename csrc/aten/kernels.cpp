@@ -62,11 +62,15 @@ bool is_tpu(const at::Tensor& t) {
 
 class EagerArgs final : public lowering::Args {
  public:
-  EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args)
-      : p_(p), args_(args), values_(args.size()), infos_(args.size()) {}
+  EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args,
+            std::optional<at::ScalarType> out_dtype)
+      : p_(p), args_(args), values_(args.size()), infos_(args.size()), out_dtype_(out_dtype) {}
 
   size_t size() const override { return args_.size(); }
-  bool is_none(size_t i) const override { return args_.at(i).isNone(); }
+  bool is_none(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    return v.isNone() || (v.isTensor() && !v.toTensor().defined());
+  }
   bool is_tensor(size_t i) const override { return args_.at(i).isTensor(); }
 
   Value tensor(size_t i) override {
@@ -99,7 +103,9 @@ class EagerArgs final : public lowering::Args {
     if (v.isIntList()) return v.toIntVector();
     if (v.isInt() || v.isSymInt()) return {v.toSymInt().expect_int()};
     std::vector<int64_t> out;
-    for (const c10::IValue& e : v.toListRef()) out.push_back(e.toSymInt().expect_int());
+    for (const c10::IValue& e : v.toListRef()) {
+      out.push_back(e.isBool() ? static_cast<int64_t>(e.toBool()) : e.toSymInt().expect_int());
+    }
     return out;
   }
   double double_(size_t i) const override {
@@ -115,12 +121,49 @@ class EagerArgs final : public lowering::Args {
   }
   at::ScalarType scalar_type(size_t i) const override { return args_.at(i).toScalarType(); }
   std::vector<double> doubles(size_t i) const override { return args_.at(i).toDoubleVector(); }
+  std::vector<c10::Scalar> scalars(size_t i) const override {
+    std::vector<c10::Scalar> out;
+    for (const c10::IValue& e : args_.at(i).toListRef()) out.push_back(e.toScalar());
+    return out;
+  }
+  bool is_tensor_list(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    if (v.isTensorList()) return true;
+    if (!v.isList()) return false;
+    auto kind = v.toList().elementType()->kind();
+    return kind == c10::TypeKind::OptionalType || kind == c10::TypeKind::TensorType;
+  }
+  bool is_scalar_list(size_t i) const override {
+    const c10::IValue& v = args_.at(i);
+    return v.isList() && !is_tensor_list(i) && !v.isIntList() && !v.isBoolList();
+  }
   Value scalar_value(size_t i, hlo::DType dtype) override { return p_.scalar(scalar(i), dtype); }
   Value runtime_scalar(const c10::Scalar& s, hlo::DType dtype) override { return p_.scalar(s, dtype); }
   Value rng_key(size_t i) override {
-    const c10::IValue& v = args_.at(i);
-    return p_.rng_key(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()));
+    // Ops without a generator argument (native_dropout) use the default one.
+    if (i >= args_.size() || args_[i].isNone() || !args_[i].isGenerator()) return p_.rng_key(std::nullopt);
+    return p_.rng_key(args_[i].toGenerator());
   }
+  void assign(size_t i, Value v) override {
+    const at::Tensor& t = args_.at(i).toTensor();
+    p_.assign(t, p_.builder().convert(v, to_hlo(t.scalar_type())));
+  }
+  void assign_list(size_t i, const std::vector<Value>& vs) override {
+    std::vector<at::Tensor> ts = list(i);
+    TORCH_CHECK(ts.size() == vs.size(), "torch_tpu internal error: ", vs.size(),
+                " values for a list of ", ts.size(), " tensors");
+    for (size_t k = 0; k < ts.size(); ++k) {
+      p_.assign(ts[k], p_.builder().convert(vs[k], to_hlo(ts[k].scalar_type())));
+    }
+  }
+  int64_t host_int(Value v) override {
+    data_dependent_ = true;
+    return p_.evaluate_int(v);
+  }
+  // Whether the output shape depended on data (PyTorch's meta kernels cannot
+  // check such calls).
+  bool data_dependent() const { return data_dependent_; }
+  std::optional<at::ScalarType> out_dtype() const override { return out_dtype_; }
 
  private:
   static lowering::TensorInfo info_of(const at::Tensor& t) {
@@ -139,6 +182,8 @@ class EagerArgs final : public lowering::Args {
   c10::ArrayRef<c10::IValue> args_;
   std::vector<Value> values_;
   std::vector<std::optional<lowering::TensorInfo>> infos_;
+  std::optional<at::ScalarType> out_dtype_;
+  bool data_dependent_ = false;
 };
 
 // ---- devices -------------------------------------------------------------------
@@ -237,8 +282,14 @@ void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>
                 e.functional, " returned ", outputs.size(), " results; PyTorch returns ",
                 meta->size());
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const hlo::Type& t = b.type(outputs[i]);
       const at::Tensor& m = (*meta)[i];
+      if (!outputs[i].valid() || !m.defined()) {
+        TORCH_CHECK(outputs[i].valid() == m.defined(), "torch_tpu internal error: the lowering of ",
+                    e.functional, " result ", i, " is ", outputs[i].valid() ? "defined" : "undefined",
+                    " where PyTorch's is not");
+        continue;
+      }
+      const hlo::Type& t = b.type(outputs[i]);
       TORCH_CHECK(m.sizes().vec() == t.dims && m.scalar_type() == to_aten(t.dtype),
                   "torch_tpu internal error: the lowering of ", e.functional, " produced result ",
                   i, " of shape ", lowering::dims_string(t.dims), " and dtype ", to_aten(t.dtype),
@@ -310,7 +361,13 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int device = op_device(args);
 
   EagerProgram p(device);
-  EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args));
+  std::optional<at::ScalarType> out_dtype;
+  if (e.kind == VariantKind::Out && !e.out_args.empty()) {
+    for_each_tensor(args[e.out_args[0]], [&](const at::Tensor& t) {
+      if (!out_dtype) out_dtype = t.scalar_type();
+    });
+  }
+  EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args), out_dtype);
   lowering::Context ctx{p.builder(), a, e.functional, matmul_precision()};
   std::vector<Value> results;
   try {
@@ -336,12 +393,17 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         for (at::Tensor& t : targets(args[k])) dsts.push_back(t);
       }
     }
-    TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
-                " returned ", results.size(), " results for ", dsts.size(), " outputs");
-    for (size_t k = 0; k < dsts.size(); ++k) write_back(p, dsts[k], results[k], e.kind == VariantKind::Inplace);
+    // No results: the lowering wrote its outputs itself (Args::assign).
+    if (!results.empty()) {
+      TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
+                  " returned ", results.size(), " results for ", dsts.size(), " outputs");
+      for (size_t k = 0; k < dsts.size(); ++k) {
+        write_back(p, dsts[k], results[k], e.kind == VariantKind::Inplace);
+      }
+    }
   }
   const std::string& text = p.text(outputs);
-  validate_once(op, args, e, text, p.builder(), outputs);
+  if (!a.data_dependent()) validate_once(op, args, e, text, p.builder(), outputs);
   std::vector<at::Tensor> tensors = p.run();
 
   torch::jit::drop(*stack, n);
@@ -387,9 +449,15 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.functional = functional;
   e.num_functional_args = fhandle->schema().arguments().size();
   if (kind == VariantKind::Out) {
+    // Out arguments come last; the others are the functional op's.
     const auto& arguments = handle->schema().arguments();
+    e.num_functional_args = 0;
     for (size_t i = 0; i < arguments.size(); ++i) {
-      if (arguments[i].is_out()) e.out_args.push_back(i);
+      if (arguments[i].is_out()) {
+        e.out_args.push_back(i);
+      } else {
+        ++e.num_functional_args;
+      }
     }
   }
   {

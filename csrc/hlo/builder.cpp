@@ -307,6 +307,36 @@ Value Builder::constant_i64s(const std::vector<int64_t>& values, const Dims& dim
   return emit1("stablehlo.constant", {}, t, attr);
 }
 
+Value Builder::constant_floats(const std::vector<double>& values, const Dims& dims, DType dtype) {
+  Type t{dtype, dims};
+  check(static_cast<int64_t>(values.size()) == t.numel(), "constant", "element count mismatch");
+  if (dtype == DType::F16 || dtype == DType::BF16) {
+    return convert(constant_floats(values, dims, DType::F32), dtype);
+  }
+  check(dtype == DType::F32 || dtype == DType::F64, "constant", "unsupported dtype");
+  if (dims.size() > 1) return reshape(constant_floats(values, {t.numel()}, dtype), dims);
+  std::string attr = "value = dense<";
+  if (!dims.empty()) attr += '[';
+  char buf[32];
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) attr += ", ";
+    if (dtype == DType::F32) {
+      float f = static_cast<float>(values[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      snprintf(buf, sizeof(buf), "0x%08" PRIX32, bits);
+    } else {
+      uint64_t bits;
+      std::memcpy(&bits, &values[i], 8);
+      snprintf(buf, sizeof(buf), "0x%016" PRIX64, bits);
+    }
+    attr += buf;
+  }
+  if (!dims.empty()) attr += ']';
+  attr += "> : " + t.str();
+  return emit1("stablehlo.constant", {}, t, attr);
+}
+
 Value Builder::lowest(DType dtype) {
   switch (dtype) {
     case DType::Pred: return constant_bool(false);

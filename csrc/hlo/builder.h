@@ -8,6 +8,7 @@
 // the types) instead of as a parse error of the finished module.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,8 @@ class Builder {
   Value zeros(const Type& type);
   // A constant with the given elements (row-major), for small index tables.
   Value constant_i64s(const std::vector<int64_t>& values, const Dims& dims, DType dtype = DType::I64);
+  // A float constant with the given elements (row-major), rank <= 1.
+  Value constant_floats(const std::vector<double>& values, const Dims& dims, DType dtype);
   // The most negative / positive value of a dtype (-inf / inf for floats).
   Value lowest(DType dtype);
   Value highest(DType dtype);
@@ -173,7 +176,7 @@ class Builder {
   void write_operands(const std::vector<Value>& operands);
   void check(bool ok, std::string_view op, const std::string& what) const;
 
-  std::vector<Type> types_;
+  std::deque<Type> types_;  // a deque: references stay valid as values are added
   std::vector<Value> params_;
   std::vector<std::pair<int, int>> aliases_;
   std::vector<Frame> frames_;

@@ -70,6 +70,11 @@ class Args {
   virtual c10::Scalar scalar(size_t i) const = 0;
   virtual at::ScalarType scalar_type(size_t i) const = 0;
   virtual std::vector<double> doubles(size_t i) const = 0;
+  // Scalar[] arguments.
+  virtual std::vector<c10::Scalar> scalars(size_t i) const = 0;
+  // Tensor[] / Tensor?[] and Scalar[] arguments.
+  virtual bool is_tensor_list(size_t i) const = 0;
+  virtual bool is_scalar_list(size_t i) const = 0;
 
   // A Scalar argument as a rank-0 program value of `dtype`: a runtime operand
   // in eager mode, so that a changing learning rate does not recompile.
@@ -80,6 +85,19 @@ class Args {
   // A fresh ui64[2] random key drawn from the Generator at argument `i`
   // (or the default generator of the device when it is None).
   virtual Value rng_key(size_t i) = 0;
+
+  // Write `v` into tensor argument i, for ops that mutate arguments (batch
+  // norm's running statistics, fused optimizers). `v` has the argument's
+  // shape; it is converted to the argument's dtype.
+  virtual void assign(size_t i, Value v) = 0;
+  virtual void assign_list(size_t i, const std::vector<Value>& vs) = 0;
+
+  // The value of an integer rank-0 `v`, computed now: ops whose output shape
+  // depends on data (nonzero, masked_select, unique) wait for the device.
+  virtual int64_t host_int(Value v) = 0;
+
+  // For out= variants of factories (arange.start_out): the dtype of `out`.
+  virtual std::optional<at::ScalarType> out_dtype() const = 0;
 
   // Optional helpers.
   std::optional<int64_t> opt_int(size_t i) const {

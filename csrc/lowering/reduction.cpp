@@ -1,9 +1,17 @@
-// Reductions: sum, mean.
+// Reductions and scans: sum, mean, prod, amax/amin, max/min with indices,
+// argmax/argmin, var/std, norms, logsumexp, all/any, cumsum/cumprod,
+// softmax and log_softmax.
+#include <cmath>
+
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
 
 namespace {
+
+using hlo::Cmp;
+
+Value k(Builder& b, double v, Value like) { return b.full(v, b.dtype(like), b.dims(like)); }
 
 // sum(self, dims, keepdim, dtype): integers accumulate in int64, half and
 // bfloat16 in float.
@@ -20,44 +28,455 @@ Value mean_impl(Context& c, const Dims& dims, bool keepdim, std::optional<at::Sc
   const TensorInfo& in = c.args.info(0);
   const at::ScalarType out = dtype.value_or(in.dtype);
   TORCH_CHECK(c10::isFloatingType(out) || c10::isComplexType(out),
-              "mean(): could not infer output dtype. ",
-              dtype ? "Optional" : "Input", " dtype must be either a floating point or complex "
-              "dtype. Got: ", out);
+              "mean(): could not infer output dtype. ", dtype ? "Optional" : "Input",
+              " dtype must be either a floating point or complex dtype. Got: ", c10::toString(out));
   Builder& b = c.b;
   const at::ScalarType compute = opmath_type(out);
   Value s = sum_over(b, cast(b, c.args.tensor(0), compute), dims);
   const double n = static_cast<double>(count_over(in.sizes, dims));
-  Value m = b.div(s, b.full(n, to_hlo(compute), b.dims(s)));
+  Value m = b.div(s, k(b, n, s));
   return cast(b, keep_dims(b, m, in.sizes, dims, keepdim), out);
 }
 
-std::vector<Value> lower_sum_dim(Context& c) {
-  Dims dims = reduce_dims(c, 1, c.args.info(0).dim());
-  return one(sum_impl(c, dims, c.args.bool_(2), c.args.opt_scalar_type(3)));
+Value prod_impl(Context& c, const Dims& dims, bool keepdim, std::optional<at::ScalarType> dtype) {
+  const TensorInfo& in = c.args.info(0);
+  const at::ScalarType out = dtype.value_or(is_integral(in.dtype) ? at::kLong : in.dtype);
+  Builder& b = c.b;
+  const at::ScalarType compute = opmath_type(out);
+  Value x = cast(b, c.args.tensor(0), compute);
+  Value r = dims.empty() ? x
+                         : (compute == at::kBool
+                                ? b.reduce(x, b.constant_bool(true), dims, "stablehlo.and")
+                                : b.reduce(x, b.constant(1, to_hlo(compute)), dims, "stablehlo.multiply"));
+  return cast(b, keep_dims(b, r, in.sizes, dims, keepdim), out);
 }
 
-std::vector<Value> lower_sum(Context& c) {
-  Dims dims = reduce_dims(c, 99, c.args.info(0).dim());
-  return one(sum_impl(c, dims, false, c.args.opt_scalar_type(1)));
+// Max or min over dims, propagating NaN.
+Value extreme(Builder& b, Value x, const Dims& dims, bool is_max) {
+  if (dims.empty()) return x;
+  const DType dt = b.dtype(x);
+  if (dt == DType::Pred) {
+    return b.reduce(x, b.constant_bool(!is_max), dims, is_max ? "stablehlo.or" : "stablehlo.and");
+  }
+  Value init = is_max ? b.lowest(dt) : b.highest(dt);
+  Value r = b.reduce(x, init, dims, is_max ? "stablehlo.maximum" : "stablehlo.minimum");
+  if (!hlo::is_float(dt)) return r;
+  // A NaN anywhere makes the result NaN.
+  Value nans = b.reduce(b.compare(Cmp::NE, x, x), b.constant_bool(false), dims, "stablehlo.or");
+  return b.select(nans, b.full(NAN, dt, b.dims(r)), r);
 }
 
-std::vector<Value> lower_mean_dim(Context& c) {
-  Dims dims = reduce_dims(c, 1, c.args.info(0).dim());
-  return one(mean_impl(c, dims, c.args.bool_(2), c.args.opt_scalar_type(3)));
+void check_nonempty(const TensorInfo& in, const Dims& dims, const char* name) {
+  for (int64_t d : dims) {
+    TORCH_CHECK_INDEX(in.sizes[d] != 0, name, "(): Expected reduction dim ", d,
+                      " to have non-zero size.");
+  }
+  if (in.dim() == 0) return;
 }
 
-std::vector<Value> lower_mean(Context& c) {
-  Dims dims = reduce_dims(c, 99, c.args.info(0).dim());
-  return one(mean_impl(c, dims, false, c.args.opt_scalar_type(1)));
+std::vector<Value> lower_amax_amin(Context& c, bool is_max) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = reduce_dims(c, 1, in.dim());
+  check_nonempty(in, dims, is_max ? "amax" : "amin");
+  const bool keepdim = c.args.has(2) && c.args.bool_(2);
+  Builder& b = c.b;
+  return one(keep_dims(b, extreme(b, c.args.tensor(0), dims, is_max), in.sizes, dims, keepdim));
+}
+
+std::vector<Value> lower_max_all(Context& c, bool is_max) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.numel() > 0, is_max ? "max" : "min",
+              "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
+  Dims dims = reduce_dims(c, 99, in.dim());
+  return one(extreme(c.b, c.args.tensor(0), dims, is_max));
+}
+
+// (value, index) reduction along `dim`: the first index of the max (min);
+// NaN counts as the largest (smallest) value, as in PyTorch.
+std::pair<Value, Value> arg_reduce(Builder& b, Value x, int64_t dim, bool is_max) {
+  const Type t = b.type(x);
+  const DType dt = t.dtype;
+  Value idx = b.iota(Type{DType::I64, t.dims}, dim);
+  Value init = dt == DType::Pred ? b.constant_bool(!is_max) : (is_max ? b.lowest(dt) : b.highest(dt));
+  const bool is_float = hlo::is_float(dt);
+  auto r = b.reduce({x, idx}, {init, b.constant_int(0, DType::I64)}, {dim},
+                    [is_max, is_float, dt](Builder& rb, const std::vector<Value>& a) {
+                      Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+                      Value better, same;
+                      if (dt == DType::Pred) {
+                        better = is_max ? rb.and_(av, rb.not_(bv)) : rb.and_(rb.not_(av), bv);
+                        same = rb.compare(Cmp::EQ, av, bv);
+                      } else {
+                        better = rb.compare(is_max ? Cmp::GT : Cmp::LT, av, bv);
+                        same = rb.compare(Cmp::EQ, av, bv);
+                      }
+                      if (is_float) {
+                        Value anan = rb.compare(Cmp::NE, av, av), bnan = rb.compare(Cmp::NE, bv, bv);
+                        better = rb.or_(rb.and_(anan, rb.not_(bnan)), rb.and_(better, rb.not_(bnan)));
+                        same = rb.or_(same, rb.and_(anan, bnan));
+                      }
+                      Value pick_a = rb.or_(better, rb.and_(same, rb.compare(Cmp::LT, ai, bi)));
+                      return std::vector<Value>{rb.select(pick_a, av, bv), rb.select(pick_a, ai, bi)};
+                    });
+  return {r[0], r[1]};
+}
+
+std::vector<Value> lower_max_dim(Context& c, bool is_max) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  const bool keepdim = c.args.bool_(2);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  if (in.dim() == 0) return {x, b.constant_int(0, DType::I64)};
+  TORCH_CHECK_INDEX(in.sizes[dim] != 0, is_max ? "max" : "min", "(): Expected reduction dim ", dim,
+                    " to have non-zero size.");
+  auto [v, i] = arg_reduce(b, x, dim, is_max);
+  return {keep_dims(b, v, in.sizes, {dim}, keepdim), keep_dims(b, i, in.sizes, {dim}, keepdim)};
+}
+
+std::vector<Value> lower_argmax(Context& c, bool is_max) {
+  const TensorInfo& in = c.args.info(0);
+  const bool keepdim = c.args.has(2) && c.args.bool_(2);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  if (!c.args.has(1)) {
+    TORCH_CHECK(in.numel() > 0, is_max ? "argmax" : "argmin",
+                "(): Expected reduction dim to be specified for input.numel() == 0.");
+    Value flat = b.reshape(x, {in.numel()});
+    Value i = arg_reduce(b, flat, 0, is_max).second;
+    if (keepdim) i = b.reshape(i, Dims(in.dim(), 1));
+    return one(i);
+  }
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  if (in.dim() == 0) return one(b.constant_int(0, DType::I64));
+  TORCH_CHECK_INDEX(in.sizes[dim] != 0, is_max ? "argmax" : "argmin",
+                    "(): Expected reduction dim ", dim, " to have non-zero size.");
+  Value i = arg_reduce(b, x, dim, is_max).second;
+  return one(keep_dims(b, i, in.sizes, {dim}, keepdim));
+}
+
+// var/std with `correction` (Bessel's: 1). Two passes, in opmath.
+struct Moments {
+  Value mean, var;
+};
+Moments moments(Context& c, const Dims& dims, double correction, at::ScalarType compute) {
+  const TensorInfo& in = c.args.info(0);
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), compute);
+  const double n = static_cast<double>(count_over(in.sizes, dims));
+  Value mean = b.div(sum_over(b, x, dims), b.full(n, to_hlo(compute), kept_shape(in.sizes, dims, false)));
+  Dims bdims;
+  for (int64_t i = 0; i < in.dim(); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) bdims.push_back(i);
+  }
+  Value centered = b.sub(x, b.broadcast_in_dim(mean, in.sizes, bdims));
+  Value ss = sum_over(b, b.mul(centered, centered), dims);
+  const double denom = std::max(0.0, n - correction);
+  return {mean, b.div(ss, b.full(denom, to_hlo(compute), b.dims(ss)))};
+}
+
+double correction_arg(Context& c, size_t i) {
+  return c.args.has(i) ? c.args.scalar(i).toDouble() : 1.0;
+}
+
+std::vector<Value> lower_var_std(Context& c, bool is_std, bool with_mean) {
+  // var.correction(self, dim?, *, correction?, keepdim=False)
+  const TensorInfo& in = c.args.info(0);
+  const at::ScalarType t = in.dtype;
+  TORCH_CHECK(c10::isFloatingType(t) || c10::isComplexType(t),
+              "std and var only support floating point and complex dtypes");
+  Dims dims = reduce_dims(c, 1, in.dim());
+  const bool keepdim = c.args.has(3) && c.args.bool_(3);
+  Builder& b = c.b;
+  Moments m = moments(c, dims, correction_arg(c, 2), opmath_type(t));
+  Value v = is_std ? b.unary("stablehlo.sqrt", m.var) : m.var;
+  v = cast(b, keep_dims(b, v, in.sizes, dims, keepdim), t);
+  if (!with_mean) return one(v);
+  return {v, cast(b, keep_dims(b, m.mean, in.sizes, dims, keepdim), t)};
+}
+
+std::vector<Value> lower_logsumexp(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = reduce_dims(c, 1, in.dim());
+  const bool keepdim = c.args.has(2) && c.args.bool_(2);
+  const at::ScalarType out = is_integral(in.dtype) ? default_float() : in.dtype;
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(out));
+  if (dims.empty()) return one(cast(b, x, out));
+  Value m = b.reduce(x, b.lowest(b.dtype(x)), dims, "stablehlo.maximum");
+  // Infinite maxima are replaced by 0 so that inf - inf does not give nan.
+  Value finite = b.is_finite(m);
+  m = b.select(finite, m, b.zeros(b.type(m)));
+  Dims bdims;
+  for (int64_t i = 0; i < in.dim(); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) bdims.push_back(i);
+  }
+  Value e = b.unary("stablehlo.exponential", b.sub(x, b.broadcast_in_dim(m, in.sizes, bdims)));
+  Value r = b.add(b.unary("stablehlo.log", sum_over(b, e, dims)), m);
+  return one(cast(b, keep_dims(b, r, in.sizes, dims, keepdim), out));
+}
+
+// all/any: bool results (uint8 for uint8 inputs).
+std::vector<Value> lower_all_any(Context& c, bool is_all, bool has_dims) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = has_dims ? reduce_dims(c, 1, in.dim()) : reduce_dims(c, 99, in.dim());
+  if (has_dims && c.args.has(1) && !c.args.is_tensor(1) && c.args.ints(1).empty()) {
+    dims = reduce_dims(c, 99, in.dim());  // dim=[] means all dims
+  }
+  const bool keepdim = has_dims && c.args.has(2) && c.args.bool_(2);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  Value p = b.dtype(x) == DType::Pred ? x : b.compare(Cmp::NE, x, b.zeros(b.type(x)));
+  Value r = dims.empty() ? p
+                         : b.reduce(p, b.constant_bool(is_all), dims, is_all ? "stablehlo.and" : "stablehlo.or");
+  r = keep_dims(b, r, in.sizes, dims, keepdim);
+  return one(in.dtype == at::kByte ? b.convert(r, DType::U8) : r);
+}
+
+// Inclusive scan along `dim` in log2(n) steps (Hillis-Steele).
+Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity) {
+  const int64_t n = b.dims(x)[dim];
+  const int64_t r = b.rank(x);
+  Value id = b.dtype(x) == DType::Pred ? b.constant_bool(identity != 0) : b.constant(identity, b.dtype(x));
+  for (int64_t shift = 1; shift < n; shift <<= 1) {
+    Dims lo(r, 0), hi(r, 0);
+    lo[dim] = shift;
+    Value shifted = b.slice_dim(b.pad(x, id, lo, hi), dim, 0, n);
+    x = b.binary(op, x, shifted);
+  }
+  return x;
+}
+
+std::vector<Value> lower_cumulative(Context& c, bool is_sum) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  std::optional<at::ScalarType> dtype = c.args.opt_scalar_type(2);
+  const at::ScalarType out = dtype.value_or(is_integral(in.dtype) ? at::kLong : in.dtype);
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(out));
+  if (in.dim() == 0) return one(cast(b, x, out));
+  Value r = scan(b, x, dim, is_sum ? "stablehlo.add" : "stablehlo.multiply", is_sum ? 0 : 1);
+  return one(cast(b, r, out));
+}
+
+std::vector<Value> lower_logcumsumexp(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  const at::ScalarType t = in.dtype;
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(t));
+  if (in.dim() == 0) return one(cast(b, x, t));
+  // exp-sum-log relative to the global max along dim keeps the scan a sum.
+  Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
+  m = b.select(b.is_finite(m), m, b.zeros(b.type(m)));
+  Dims bdims;
+  for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
+  Value mb = b.broadcast_in_dim(m, in.sizes, bdims);
+  Value s = scan(b, b.unary("stablehlo.exponential", b.sub(x, mb)), dim, "stablehlo.add", 0);
+  return one(cast(b, b.add(b.unary("stablehlo.log", s), mb), t));
+}
+
+// cummax/cummin helpers: (values, indices); the latest index wins ties.
+std::vector<Value> lower_cum_extreme(Context& c, bool is_max) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  if (in.dim() == 0) return {x, b.constant_int(0, DType::I64)};
+  const int64_t n = in.sizes[dim];
+  Value idx = b.iota(Type{DType::I64, in.sizes}, dim);
+  const DType dt = b.dtype(x);
+  const bool is_float = hlo::is_float(dt);
+  for (int64_t shift = 1; shift < n; shift <<= 1) {
+    Dims lo(in.dim(), 0), hi(in.dim(), 0);
+    lo[dim] = shift;
+    Value pv = b.slice_dim(b.pad(x, is_max ? b.lowest(dt) : b.highest(dt), lo, hi), dim, 0, n);
+    Value pi = b.slice_dim(b.pad(idx, b.constant_int(-1, DType::I64), lo, hi), dim, 0, n);
+    // Keep the current element unless the earlier one is strictly better.
+    Value better = dt == DType::Pred ? (is_max ? b.and_(pv, b.not_(x)) : b.and_(b.not_(pv), x))
+                                     : b.compare(is_max ? Cmp::GT : Cmp::LT, pv, x);
+    if (is_float) {
+      Value pnan = b.compare(Cmp::NE, pv, pv), xnan = b.compare(Cmp::NE, x, x);
+      better = b.or_(b.and_(pnan, b.not_(xnan)), b.and_(better, b.not_(xnan)));
+    }
+    x = b.select(better, pv, x);
+    idx = b.select(better, pi, idx);
+  }
+  return {x, idx};
+}
+
+// softmax family: computed in opmath, max-subtracted.
+std::vector<Value> lower_softmax(Context& c, bool log) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  const bool half_to_float = c.args.bool_(2);
+  const at::ScalarType out = half_to_float ? at::kFloat : in.dtype;
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(in.dtype));
+  if (in.dim() == 0) {
+    return one(cast(b, log ? b.zeros(b.type(x)) : k(b, 1, x), out));
+  }
+  Dims bdims;
+  for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
+  Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
+  m = b.select(b.is_finite(m), m, b.zeros(b.type(m)));
+  Value shifted = b.sub(x, b.broadcast_in_dim(m, in.sizes, bdims));
+  Value e = b.unary("stablehlo.exponential", shifted);
+  Value s = b.broadcast_in_dim(sum_over(b, e, {dim}), in.sizes, bdims);
+  Value r = log ? b.sub(shifted, b.unary("stablehlo.log", s)) : b.div(e, s);
+  return one(cast(b, r, out));
+}
+
+// _softmax_backward_data(grad_output, output, dim, input_dtype)
+std::vector<Value> lower_softmax_backward(Context& c, bool log) {
+  const TensorInfo& go = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(2), go.dim());
+  const at::ScalarType in_dtype = c.args.scalar_type(3);
+  Builder& b = c.b;
+  const at::ScalarType compute = opmath_type(go.dtype);
+  Value g = cast(b, c.args.tensor(0), compute);
+  Value y = cast(b, c.args.tensor(1), compute);
+  if (go.dim() == 0) {
+    return one(cast(b, log ? g : b.zeros(b.type(g)), in_dtype));
+  }
+  Dims bdims;
+  for (int64_t i = 0; i < go.dim(); ++i) if (i != dim) bdims.push_back(i);
+  Value r;
+  if (log) {
+    Value s = b.broadcast_in_dim(sum_over(b, g, {dim}), go.sizes, bdims);
+    r = b.sub(g, b.mul(b.unary("stablehlo.exponential", y), s));
+  } else {
+    Value s = b.broadcast_in_dim(sum_over(b, b.mul(g, y), {dim}), go.sizes, bdims);
+    r = b.mul(y, b.sub(g, s));
+  }
+  return one(cast(b, r, in_dtype));
+}
+
+// linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
+std::vector<Value> lower_vector_norm(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const double ord = c.args.has(1) ? c.args.scalar(1).toDouble() : 2.0;
+  Dims dims = reduce_dims(c, 2, in.dim());
+  const bool keepdim = c.args.has(3) && c.args.bool_(3);
+  const at::ScalarType out = c.args.opt_scalar_type(4).value_or(in.dtype);
+  TORCH_CHECK(c10::isFloatingType(out) || c10::isComplexType(out),
+              "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ",
+              c10::toString(in.dtype));
+  Builder& b = c.b;
+  const at::ScalarType compute = opmath_type(out);
+  Value x = b.abs(cast(b, c.args.tensor(0), compute));
+  Value r;
+  if (std::isinf(ord)) {
+    if (in.numel() == 0) {
+      TORCH_CHECK(ord > 0, "linalg.vector_norm cannot compute the -inf norm on an empty tensor "
+                           "because the operation does not have an identity");
+    }
+    r = ord > 0 ? b.reduce(x, b.zeros(Type{b.dtype(x), {}}), dims, "stablehlo.maximum")
+                : b.reduce(x, b.highest(b.dtype(x)), dims, "stablehlo.minimum");
+    Value nans = b.reduce(b.compare(Cmp::NE, x, x), b.constant_bool(false), dims, "stablehlo.or");
+    r = b.select(nans, b.full(NAN, b.dtype(r), b.dims(r)), r);
+  } else if (ord == 0) {
+    r = sum_over(b, b.convert(b.compare(Cmp::NE, x, b.zeros(b.type(x))), b.dtype(x)), dims);
+  } else if (ord == 1) {
+    r = sum_over(b, x, dims);
+  } else if (ord == 2) {
+    r = b.unary("stablehlo.sqrt", sum_over(b, b.mul(x, x), dims));
+  } else {
+    r = sum_over(b, b.pow(x, k(b, ord, x)), dims);
+    r = b.pow(r, k(b, 1.0 / ord, r));
+  }
+  return one(cast(b, keep_dims(b, r, in.sizes, dims, keepdim), out));
+}
+
+std::vector<Value> lower_count_nonzero(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = reduce_dims(c, 1, in.dim());
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  Value nz = b.convert(b.dtype(x) == DType::Pred ? x : b.compare(Cmp::NE, x, b.zeros(b.type(x))), DType::I64);
+  return one(sum_over(b, nz, dims));
+}
+
+std::vector<Value> lower_nansum(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = reduce_dims(c, 1, in.dim());
+  const bool keepdim = c.args.has(2) && c.args.bool_(2);
+  const at::ScalarType out = c.args.opt_scalar_type(3).value_or(is_integral(in.dtype) ? at::kLong : in.dtype);
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(out));
+  if (hlo::is_float(b.dtype(x))) x = b.select(b.compare(Cmp::NE, x, x), b.zeros(b.type(x)), x);
+  return one(cast(b, keep_dims(b, sum_over(b, x, dims), in.sizes, dims, keepdim), out));
+}
+
+std::vector<Value> lower_aminmax(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  Dims dims = c.args.has(1) ? Dims{wrap_dim(c.args.int_(1), in.dim())} : reduce_dims(c, 99, in.dim());
+  if (in.dim() == 0) dims = {};
+  const bool keepdim = c.args.has(2) && c.args.bool_(2);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  Value mn = keep_dims(b, extreme(b, x, dims, false), in.sizes, dims, keepdim);
+  Value mx = keep_dims(b, extreme(b, x, dims, true), in.sizes, dims, keepdim);
+  return {mn, mx};
 }
 
 }  // namespace
 
 TPU_LOWERINGS(reduction) {
-  reg("aten::sum.dim_IntList", lower_sum_dim);
-  reg("aten::sum", lower_sum);
-  reg("aten::mean.dim", lower_mean_dim);
-  reg("aten::mean", lower_mean);
+  reg("aten::sum.dim_IntList", [](Context& c) {
+    Dims dims = reduce_dims(c, 1, c.args.info(0).dim());
+    return one(sum_impl(c, dims, c.args.bool_(2), c.args.opt_scalar_type(3)));
+  });
+  reg("aten::sum", [](Context& c) {
+    return one(sum_impl(c, reduce_dims(c, 99, c.args.info(0).dim()), false, c.args.opt_scalar_type(1)));
+  });
+  reg("aten::mean.dim", [](Context& c) {
+    Dims dims = reduce_dims(c, 1, c.args.info(0).dim());
+    return one(mean_impl(c, dims, c.args.bool_(2), c.args.opt_scalar_type(3)));
+  });
+  reg("aten::mean", [](Context& c) {
+    return one(mean_impl(c, reduce_dims(c, 99, c.args.info(0).dim()), false, c.args.opt_scalar_type(1)));
+  });
+  reg("aten::prod", [](Context& c) {
+    return one(prod_impl(c, reduce_dims(c, 99, c.args.info(0).dim()), false, c.args.opt_scalar_type(1)));
+  });
+  reg("aten::prod.dim_int", [](Context& c) {
+    const TensorInfo& in = c.args.info(0);
+    Dims dims = in.dim() == 0 ? Dims{} : Dims{wrap_dim(c.args.int_(1), in.dim())};
+    return one(prod_impl(c, dims, c.args.bool_(2), c.args.opt_scalar_type(3)));
+  });
+  reg("aten::amax", [](Context& c) { return lower_amax_amin(c, true); });
+  reg("aten::amin", [](Context& c) { return lower_amax_amin(c, false); });
+  reg("aten::max", [](Context& c) { return lower_max_all(c, true); });
+  reg("aten::min", [](Context& c) { return lower_max_all(c, false); });
+  reg("aten::max.dim", [](Context& c) { return lower_max_dim(c, true); });
+  reg("aten::min.dim", [](Context& c) { return lower_max_dim(c, false); });
+  reg("aten::argmax", [](Context& c) { return lower_argmax(c, true); });
+  reg("aten::argmin", [](Context& c) { return lower_argmax(c, false); });
+  reg("aten::aminmax", lower_aminmax);
+  reg("aten::var.correction", [](Context& c) { return lower_var_std(c, false, false); });
+  reg("aten::std.correction", [](Context& c) { return lower_var_std(c, true, false); });
+  reg("aten::var_mean.correction", [](Context& c) { return lower_var_std(c, false, true); });
+  reg("aten::std_mean.correction", [](Context& c) { return lower_var_std(c, true, true); });
+  reg("aten::logsumexp", lower_logsumexp);
+  reg("aten::all", [](Context& c) { return lower_all_any(c, true, false); });
+  reg("aten::all.dim", [](Context& c) { return lower_all_any(c, true, true); });
+  reg("aten::all.dims", [](Context& c) { return lower_all_any(c, true, true); });
+  reg("aten::any", [](Context& c) { return lower_all_any(c, false, false); });
+  reg("aten::any.dim", [](Context& c) { return lower_all_any(c, false, true); });
+  reg("aten::any.dims", [](Context& c) { return lower_all_any(c, false, true); });
+  reg("aten::cumsum", [](Context& c) { return lower_cumulative(c, true); });
+  reg("aten::cumprod", [](Context& c) { return lower_cumulative(c, false); });
+  reg("aten::logcumsumexp", lower_logcumsumexp);
+  reg("aten::cummax", [](Context& c) { return lower_cum_extreme(c, true); });
+  reg("aten::cummin", [](Context& c) { return lower_cum_extreme(c, false); });
+  reg("aten::_softmax", [](Context& c) { return lower_softmax(c, false); });
+  reg("aten::_log_softmax", [](Context& c) { return lower_softmax(c, true); });
+  reg("aten::_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, false); });
+  reg("aten::_log_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, true); });
+  reg("aten::linalg_vector_norm", lower_vector_norm);
+  reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
+  reg("aten::nansum", lower_nansum);
 }
 
 }  // namespace tpu::lowering

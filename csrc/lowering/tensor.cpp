@@ -1,26 +1,27 @@
-// Ops that build or rearrange whole tensors: fill, zero, cat.
+// Ops that build or rearrange whole tensors: fill, zero, cat, flip, roll,
+// padding, tril/triu, factories (arange, linspace, eye).
+#include <cmath>
+
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
 
 namespace {
 
-std::vector<Value> lower_fill_scalar(Context& c) {
-  const TensorInfo& self = c.args.info(0);
-  return one(splat(c.b, c.args.scalar_value(1, to_hlo(self.dtype)), self.sizes));
-}
+using hlo::Cmp;
 
-std::vector<Value> lower_fill_tensor(Context& c) {
+std::vector<Value> lower_fill(Context& c) {
   const TensorInfo& self = c.args.info(0);
-  const TensorInfo& value = c.args.info(1);
-  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
-              value.dim(), " dimensions.");
-  return one(splat(c.b, cast(c.b, c.args.tensor(1), self.dtype), self.sizes));
-}
-
-std::vector<Value> lower_zero(Context& c) {
-  const TensorInfo& self = c.args.info(0);
-  return one(c.b.zeros(Type{to_hlo(self.dtype), self.sizes}));
+  Builder& b = c.b;
+  Value v;
+  if (c.args.is_tensor(1)) {
+    TORCH_CHECK(c.args.info(1).dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+                c.args.info(1).dim(), " dimensions.");
+    v = cast(b, c.args.tensor(1), self.dtype);
+  } else {
+    v = c.args.scalar_value(1, to_hlo(self.dtype));
+  }
+  return one(splat(b, v, self.sizes));
 }
 
 // cat(tensors, dim): promotes to the common dtype; 1-D empty tensors are
@@ -40,27 +41,360 @@ std::vector<Value> lower_cat(Context& c) {
     parts.push_back(cast(c.b, values[i], t));
   }
   if (parts.empty()) return one(c.b.zeros(Type{to_hlo(t), infos[0].sizes}));
+  TORCH_CHECK(ref->dim() > 0, "zero-dimensional tensor (at position 0) cannot be concatenated");
   const int64_t dim = wrap_dim(c.args.int_(1), ref->dim());
   for (size_t i = 0; i < parts.size(); ++i) {
     const Dims& d = c.b.dims(parts[i]);
     TORCH_CHECK(static_cast<int64_t>(d.size()) == ref->dim(),
                 "Tensors must have same number of dimensions: got ", ref->dim(), " and ", d.size());
     for (int64_t k = 0; k < ref->dim(); ++k) {
-      TORCH_CHECK(k == dim || d[k] == ref->sizes[k],
-                  "Sizes of tensors must match except in dimension ", dim, ". Expected size ",
-                  ref->sizes[k], " but got size ", d[k], " for tensor number ", i, " in the list.");
+      TORCH_CHECK(k == dim || d[k] == ref->sizes[k], "Sizes of tensors must match except in dimension ",
+                  dim, ". Expected size ", ref->sizes[k], " but got size ", d[k], " for tensor number ",
+                  i, " in the list.");
     }
   }
   return one(c.b.concatenate(parts, dim));
 }
 
+std::vector<Value> lower_flip(Context& c) {
+  const TensorInfo& self = c.args.info(0);
+  Dims dims = wrap_dims(c.args.ints(1), self.dim());
+  Dims nontrivial;
+  for (int64_t d : dims) if (self.dim() > 0) nontrivial.push_back(d);
+  return one(c.b.reverse(c.args.tensor(0), nontrivial));
+}
+
+Value roll_dim(Builder& b, Value x, int64_t shift, int64_t dim) {
+  const int64_t n = b.dims(x)[dim];
+  if (n == 0) return x;
+  int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  return b.concatenate({b.slice_dim(x, dim, n - s, n), b.slice_dim(x, dim, 0, n - s)}, dim);
+}
+
+std::vector<Value> lower_roll(Context& c) {
+  const TensorInfo& self = c.args.info(0);
+  std::vector<int64_t> shifts = c.args.ints(1);
+  std::vector<int64_t> dims = c.args.has(2) ? c.args.ints(2) : std::vector<int64_t>{};
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  if (dims.empty()) {
+    TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:0");
+    Value flat = b.reshape(x, {self.numel()});
+    return one(b.reshape(roll_dim(b, flat, shifts[0], 0), self.sizes));
+  }
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
+              ", dims:", dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) x = roll_dim(b, x, shifts[i], wrap_dim(dims[i], self.dim()));
+  return one(x);
+}
+
+// PyTorch's pad list: pairs (low, high) starting from the last dimension.
+std::pair<Dims, Dims> pad_amounts(const std::vector<int64_t>& pad, int64_t rank) {
+  Dims lo(rank, 0), hi(rank, 0);
+  for (size_t i = 0; i + 1 < pad.size() + 1 && i / 2 < static_cast<size_t>(rank); i += 2) {
+    const int64_t d = rank - 1 - static_cast<int64_t>(i / 2);
+    lo[d] = pad[i];
+    hi[d] = i + 1 < pad.size() ? pad[i + 1] : 0;
+  }
+  return {lo, hi};
+}
+
+std::vector<Value> lower_constant_pad_nd(Context& c) {
+  const TensorInfo& self = c.args.info(0);
+  std::vector<int64_t> pad = c.args.ints(1);
+  TORCH_CHECK(pad.size() % 2 == 0, "Length of pad must be even but instead it equals ", pad.size());
+  TORCH_CHECK(static_cast<int64_t>(pad.size() / 2) <= self.dim(), "Length of pad should be no more than twice the number of dimensions of the input. Pad length is ",
+              pad.size(), " while the input has ", self.dim(), " dimensions.");
+  auto [lo, hi] = pad_amounts(pad, self.dim());
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    TORCH_CHECK(self.sizes[d] + lo[d] + hi[d] >= 0, "The input size ", self.sizes[d], ", plus negative padding ",
+                lo[d], " and ", hi[d], " resulted in a negative output size, which is invalid. Check dimension ",
+                d, " of your input.");
+  }
+  Builder& b = c.b;
+  Value value = c.args.has(2) ? c.args.scalar_value(2, to_hlo(self.dtype)) : b.zeros(Type{to_hlo(self.dtype), {}});
+  return one(b.pad(c.args.tensor(0), value, lo, hi));
+}
+
+// Reflection (mirror without the edge) or replication (repeat the edge) of
+// the last `k` dims by pad amounts.
+Value edge_pad(Builder& b, Value x, const std::vector<int64_t>& pad, bool reflect) {
+  const int64_t rank = b.rank(x);
+  const int64_t k = static_cast<int64_t>(pad.size() / 2);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t d = rank - 1 - i;
+    const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
+    const int64_t n = b.dims(x)[d];
+    std::vector<Value> parts;
+    if (lo > 0) {
+      if (reflect) {
+        TORCH_CHECK(lo < n, "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
+                    lo, ", ", hi, ") at dimension ", d, " of input ", n);
+        parts.push_back(b.reverse(b.slice_dim(x, d, 1, lo + 1), {d}));
+      } else {
+        Dims shape = b.dims(x);
+        shape[d] = lo;
+        parts.push_back(b.broadcast_to(b.slice_dim(x, d, 0, 1), shape));
+      }
+    }
+    Value mid = x;
+    if (lo < 0) mid = b.slice_dim(mid, d, -lo, b.dims(mid)[d]);
+    if (hi < 0) mid = b.slice_dim(mid, d, 0, b.dims(mid)[d] + hi);
+    parts.push_back(mid);
+    if (hi > 0) {
+      if (reflect) {
+        TORCH_CHECK(hi < n, "Argument #6: Padding size should be less than the corresponding input dimension, but got: padding (",
+                    lo, ", ", hi, ") at dimension ", d, " of input ", n);
+        parts.push_back(b.reverse(b.slice_dim(x, d, n - 1 - hi, n - 1), {d}));
+      } else {
+        Dims shape = b.dims(x);
+        shape[d] = hi;
+        parts.push_back(b.broadcast_to(b.slice_dim(x, d, n - 1, n), shape));
+      }
+    }
+    x = b.concatenate(parts, d);
+  }
+  return x;
+}
+
+std::vector<Value> lower_edge_pad(Context& c, bool reflect) {
+  return one(edge_pad(c.b, c.args.tensor(0), c.args.ints(1), reflect));
+}
+
+// The adjoint of edge_pad: fold the padded borders back onto the input.
+std::vector<Value> lower_edge_pad_backward(Context& c, bool reflect) {
+  // (grad_output, self, padding)
+  Builder& b = c.b;
+  const TensorInfo& self = c.args.info(1);
+  std::vector<int64_t> pad = c.args.ints(2);
+  const at::ScalarType t = c.args.info(0).dtype;
+  Value g = cast(b, c.args.tensor(0), opmath_type(t));
+  const int64_t rank = self.dim();
+  const int64_t k = static_cast<int64_t>(pad.size() / 2);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t d = rank - 1 - i;
+    const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
+    const int64_t n = self.sizes[d];
+    const int64_t total = b.dims(g)[d];
+    Value core = b.slice_dim(g, d, lo, total - hi);
+    Value zero = b.zeros(Type{b.dtype(g), {}});
+    auto place = [&](Value part, int64_t at) {  // part added at [at, at + len) of a length-n dim
+      Dims lo_p(rank, 0), hi_p(rank, 0);
+      lo_p[d] = at;
+      hi_p[d] = n - at - b.dims(part)[d];
+      return b.pad(part, zero, lo_p, hi_p);
+    };
+    if (lo > 0) {
+      Value left = b.slice_dim(g, d, 0, lo);
+      if (reflect) {
+        core = b.add(core, place(b.reverse(left, {d}), 1));
+      } else {
+        core = b.add(core, place(b.reduce(left, zero, {d}, "stablehlo.add"), 0));
+      }
+    }
+    if (hi > 0) {
+      Value right = b.slice_dim(g, d, total - hi, total);
+      if (reflect) {
+        core = b.add(core, place(b.reverse(right, {d}), n - 1 - hi));
+      } else {
+        core = b.add(core, place(b.reduce(right, zero, {d}, "stablehlo.add"), n - 1));
+      }
+    }
+    g = core;
+  }
+  return one(cast(b, g, t));
+}
+
+// x where (col - row) compared with diagonal holds, else 0.
+std::vector<Value> lower_tri(Context& c, bool lower) {
+  const TensorInfo& self = c.args.info(0);
+  TORCH_CHECK(self.dim() >= 2, lower ? "tril" : "triu", ": input tensor must have at least 2 dimensions");
+  const int64_t diag = c.args.has(1) ? c.args.int_(1) : 0;
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  const Type it{DType::I64, self.sizes};
+  Value row = b.iota(it, self.dim() - 2), col = b.iota(it, self.dim() - 1);
+  Value diff = b.sub(col, row);
+  Value keep = b.compare(lower ? Cmp::LE : Cmp::GE, diff, b.full_int(diag, DType::I64, self.sizes));
+  return one(b.select(keep, x, b.zeros(b.type(x))));
+}
+
+std::vector<Value> lower_trace(Context& c) {
+  const TensorInfo& self = c.args.info(0);
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  const at::ScalarType out = is_integral(self.dtype) ? at::kLong : self.dtype;
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(0), opmath_type(out));
+  const Type it{DType::I64, self.sizes};
+  Value diag = b.compare(Cmp::EQ, b.iota(it, 0), b.iota(it, 1));
+  Value r = sum_over(b, b.select(diag, x, b.zeros(b.type(x))), {0, 1});
+  return one(cast(b, r, out));
+}
+
+// arange.start_out(start, end, step, *, out): values in the out dtype.
+std::vector<Value> lower_arange_out(Context& c) {
+  const c10::Scalar start = c.args.scalar(0), end = c.args.scalar(1);
+  const c10::Scalar step = c.args.has(2) ? c.args.scalar(2) : c10::Scalar(1);
+  const at::ScalarType t = c.args.out_dtype().value_or(at::kLong);
+  Builder& b = c.b;
+  const bool integral = is_integral(t) && !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
+  int64_t n;
+  if (integral) {
+    const int64_t s = start.toLong(), e = end.toLong(), st = step.toLong();
+    TORCH_CHECK(st != 0, "step must be nonzero");
+    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+    n = (e - s + st - (st > 0 ? 1 : -1)) / st;
+    Value i = b.iota(Type{DType::I64, {n}}, 0);
+    Value v = b.add(b.broadcast_in_dim(c.args.runtime_scalar(start, DType::I64), {n}, {}),
+                    b.mul(i, b.broadcast_in_dim(c.args.runtime_scalar(step, DType::I64), {n}, {})));
+    return one(cast(b, v, t));
+  }
+  const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+  TORCH_CHECK(st != 0, "step must be nonzero");
+  TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
+  TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+  n = static_cast<int64_t>(std::ceil((e - s) / st));
+  Value i = b.convert(b.iota(Type{DType::I64, {n}}, 0), DType::F64);
+  Value v = b.add(b.broadcast_in_dim(c.args.runtime_scalar(start, DType::F64), {n}, {}),
+                  b.mul(i, b.broadcast_in_dim(c.args.runtime_scalar(step, DType::F64), {n}, {})));
+  return one(cast(b, v, t));
+}
+
+// linspace.out(start, end, steps, *, out): symmetric from both ends.
+Value linspace_values(Context& c, int64_t steps) {
+  Builder& b = c.b;
+  const double s = c.args.scalar(0).toDouble(), e = c.args.scalar(1).toDouble();
+  if (steps == 0) return b.zeros(Type{DType::F64, {0}});
+  if (steps == 1) return b.full(s, DType::F64, {1});
+  const double step = (e - s) / static_cast<double>(steps - 1);
+  Value i = b.convert(b.iota(Type{DType::I64, {steps}}, 0), DType::F64);
+  Value from_start = b.add(b.full(s, DType::F64, {steps}), b.mul(i, b.full(step, DType::F64, {steps})));
+  Value from_end = b.sub(b.full(e, DType::F64, {steps}),
+                         b.mul(b.sub(b.full(static_cast<double>(steps - 1), DType::F64, {steps}), i),
+                               b.full(step, DType::F64, {steps})));
+  Value first_half = b.compare(Cmp::LT, i, b.full(static_cast<double>(steps / 2), DType::F64, {steps}));
+  return b.select(first_half, from_start, from_end);
+}
+
+std::vector<Value> lower_linspace_out(Context& c) {
+  const int64_t steps = c.args.int_(2);
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  const at::ScalarType t = c.args.out_dtype().value_or(default_float());
+  Builder& b = c.b;
+  Value v = linspace_values(c, steps);
+  if (is_integral(t)) {
+    // Integral linspace truncates each value, as PyTorch does.
+    return one(cast(b, v, t));
+  }
+  return one(cast(b, v, t));
+}
+
+std::vector<Value> lower_logspace_out(Context& c) {
+  // logspace.out(start, end, steps, base, *, out)
+  const int64_t steps = c.args.int_(2);
+  const double base = c.args.double_(3);
+  const at::ScalarType t = c.args.out_dtype().value_or(default_float());
+  Builder& b = c.b;
+  Value v = linspace_values(c, steps);
+  return one(cast(b, b.pow(b.full(base, DType::F64, b.dims(v)), v), t));
+}
+
+std::vector<Value> eye(Context& c, int64_t n, int64_t m) {
+  const at::ScalarType t = c.args.out_dtype().value_or(default_float());
+  Builder& b = c.b;
+  const Type it{DType::I64, {n, m}};
+  Value diag = b.compare(Cmp::EQ, b.iota(it, 0), b.iota(it, 1));
+  return one(b.convert(diag, to_hlo(t)));
+}
+
+// repeat_interleave.Tensor(repeats, *, output_size): i repeated repeats[i] times.
+std::vector<Value> lower_repeat_interleave(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& rep = c.args.info(0);
+  TORCH_CHECK(rep.dim() <= 1, "repeat_interleave only accept 1D vector as repeat");
+  const int64_t k = rep.numel();
+  Value r = b.convert(b.reshape(c.args.tensor(0), {k}), DType::I64);
+  Value total = b.reduce(r, b.constant_int(0, DType::I64), {0}, "stablehlo.add");
+  const int64_t n = c.args.has(1) ? c.args.int_(1) : c.args.host_int(total);
+  if (n == 0 || k == 0) return one(b.zeros(Type{DType::I64, {0}}));
+  // Inclusive cumsum of repeats; output j belongs to the first i with cum[i] > j.
+  Value cum = b.reduce_window(r, b.constant_int(0, DType::I64), {k}, {1}, {1}, {1}, {{k - 1, 0}}, "stablehlo.add");
+  Value j = b.broadcast_in_dim(b.iota(Type{DType::I64, {n}}, 0), {n, k}, {0});
+  Value le = b.compare(Cmp::LE, b.broadcast_in_dim(cum, {n, k}, {1}), j);
+  Value idx = b.reduce(b.convert(le, DType::I64), b.constant_int(0, DType::I64), {1}, "stablehlo.add");
+  return one(idx);
+}
+
+// unfold_backward(grad_in, input_sizes, dim, size, step): sum the windows back.
+std::vector<Value> lower_unfold_backward(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& g = c.args.info(0);
+  const Dims in_sizes = c.args.ints(1);
+  const int64_t rank = static_cast<int64_t>(in_sizes.size());
+  const int64_t dim = wrap_dim(c.args.int_(2), rank);
+  const int64_t size = c.args.int_(3), step = c.args.int_(4);
+  const at::ScalarType t = g.dtype;
+  const at::ScalarType compute = opmath_type(t);
+  Value grad = cast(b, c.args.tensor(0), compute);  // in_sizes with dim -> windows, plus a last dim of `size`
+  const int64_t windows = g.sizes[rank == 0 ? 0 : dim];
+  Value out = b.zeros(Type{to_hlo(compute), rank == 0 ? Dims{1} : in_sizes});
+  if (rank == 0) grad = b.reshape(grad, {1, size});
+  const int64_t d = rank == 0 ? 0 : dim;
+  for (int64_t j = 0; j < size; ++j) {
+    // Element j of every window lands at position w * step + j.
+    Value part = b.reshape(b.slice_dim(grad, b.rank(grad) - 1, j, j + 1), rank == 0 ? Dims{windows} : [&] {
+      Dims s = g.sizes;
+      s.pop_back();
+      return s;
+    }());
+    Dims lo(b.rank(out), 0), hi(b.rank(out), 0), interior(b.rank(out), 0);
+    lo[d] = j;
+    interior[d] = step - 1;
+    const int64_t n = b.dims(out)[d];
+    const int64_t placed = windows == 0 ? 0 : (windows - 1) * step + 1;
+    hi[d] = n - j - placed;
+    if (windows == 0) continue;
+    out = b.add(out, b.pad(part, b.zeros(Type{to_hlo(compute), {}}), lo, hi, interior));
+  }
+  return one(cast(b, rank == 0 ? b.reshape(out, {}) : out, t));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(tensor) {
-  reg("aten::fill.Scalar", lower_fill_scalar);
-  reg("aten::fill.Tensor", lower_fill_tensor);
-  reg("aten::zero", lower_zero);
+  reg("aten::fill.Scalar", lower_fill);
+  reg("aten::fill.Tensor", lower_fill);
+  reg("aten::zero", [](Context& c) {
+    const TensorInfo& self = c.args.info(0);
+    return one(c.b.zeros(Type{to_hlo(self.dtype), self.sizes}));
+  });
   reg("aten::cat", lower_cat);
+  reg("aten::flip", lower_flip);
+  reg("aten::roll", lower_roll);
+  reg("aten::constant_pad_nd", lower_constant_pad_nd);
+  reg("aten::reflection_pad1d", [](Context& c) { return lower_edge_pad(c, true); });
+  reg("aten::reflection_pad2d", [](Context& c) { return lower_edge_pad(c, true); });
+  reg("aten::reflection_pad3d", [](Context& c) { return lower_edge_pad(c, true); });
+  reg("aten::replication_pad1d", [](Context& c) { return lower_edge_pad(c, false); });
+  reg("aten::replication_pad2d", [](Context& c) { return lower_edge_pad(c, false); });
+  reg("aten::replication_pad3d", [](Context& c) { return lower_edge_pad(c, false); });
+  reg("aten::reflection_pad1d_backward", [](Context& c) { return lower_edge_pad_backward(c, true); });
+  reg("aten::reflection_pad2d_backward", [](Context& c) { return lower_edge_pad_backward(c, true); });
+  reg("aten::reflection_pad3d_backward", [](Context& c) { return lower_edge_pad_backward(c, true); });
+  reg("aten::replication_pad1d_backward", [](Context& c) { return lower_edge_pad_backward(c, false); });
+  reg("aten::replication_pad2d_backward", [](Context& c) { return lower_edge_pad_backward(c, false); });
+  reg("aten::replication_pad3d_backward", [](Context& c) { return lower_edge_pad_backward(c, false); });
+  reg("aten::tril", [](Context& c) { return lower_tri(c, true); });
+  reg("aten::triu", [](Context& c) { return lower_tri(c, false); });
+  reg("aten::trace", lower_trace);
+  reg("aten::arange.start_out", lower_arange_out);
+  reg("aten::linspace.out", lower_linspace_out);
+  reg("aten::logspace.out", lower_logspace_out);
+  reg("aten::eye.out", [](Context& c) { return eye(c, c.args.int_(0), c.args.int_(0)); });
+  reg("aten::eye.m_out", [](Context& c) { return eye(c, c.args.int_(0), c.args.int_(1)); });
+  reg("aten::repeat_interleave.Tensor", lower_repeat_interleave);
+  reg("aten::unfold_backward", lower_unfold_backward);
 }
 
 }  // namespace tpu::lowering

@@ -1,0 +1,305 @@
+// _foreach_* ops and the fused optimizers: a whole parameter list becomes one
+// program. Each _foreach op reuses the lowering of its per-tensor op through
+// ElementArgs, a view of the arguments that picks element k of every list.
+#include <cmath>
+#include <map>
+
+#include "csrc/lowering/common.h"
+
+namespace tpu::lowering {
+
+namespace {
+
+using hlo::Cmp;
+
+// Arguments of element k of a _foreach call: Tensor[] and Scalar[] args
+// become their k-th entry; other args pass through.
+class ElementArgs final : public Args {
+ public:
+  ElementArgs(Args& parent, size_t k, const std::vector<std::vector<Value>>& values,
+              const std::vector<std::vector<TensorInfo>>& infos)
+      : p_(parent), k_(k), values_(values), infos_(infos) {}
+
+  size_t size() const override { return p_.size(); }
+  bool is_none(size_t i) const override { return p_.is_none(i); }
+  bool is_tensor(size_t i) const override { return p_.is_tensor_list(i) || p_.is_tensor(i); }
+  Value tensor(size_t i) override { return p_.is_tensor_list(i) ? values_[i].at(k_) : p_.tensor(i); }
+  const TensorInfo& info(size_t i) override { return p_.is_tensor_list(i) ? infos_[i].at(k_) : p_.info(i); }
+  std::vector<Value> tensors(size_t i) override { return p_.tensors(i); }
+  std::vector<TensorInfo> infos(size_t i) override { return p_.infos(i); }
+  int64_t int_(size_t i) const override { return p_.int_(i); }
+  std::vector<int64_t> ints(size_t i) const override { return p_.ints(i); }
+  double double_(size_t i) const override { return scalar(i).toDouble(); }
+  bool bool_(size_t i) const override { return p_.bool_(i); }
+  std::string string(size_t i) const override { return p_.string(i); }
+  c10::Scalar scalar(size_t i) const override {
+    return p_.is_scalar_list(i) ? p_.scalars(i).at(k_) : p_.scalar(i);
+  }
+  at::ScalarType scalar_type(size_t i) const override { return p_.scalar_type(i); }
+  std::vector<double> doubles(size_t i) const override { return p_.doubles(i); }
+  std::vector<c10::Scalar> scalars(size_t i) const override { return p_.scalars(i); }
+  bool is_tensor_list(size_t i) const override { return false; }
+  bool is_scalar_list(size_t i) const override { return false; }
+  Value scalar_value(size_t i, DType dtype) override { return p_.runtime_scalar(scalar(i), dtype); }
+  Value runtime_scalar(const c10::Scalar& s, DType dtype) override { return p_.runtime_scalar(s, dtype); }
+  Value rng_key(size_t i) override { return p_.rng_key(i); }
+  void assign(size_t i, Value v) override { p_.assign(i, v); }
+  void assign_list(size_t i, const std::vector<Value>& vs) override { p_.assign_list(i, vs); }
+  int64_t host_int(Value v) override { return p_.host_int(v); }
+  std::optional<at::ScalarType> out_dtype() const override { return p_.out_dtype(); }
+
+ private:
+  Args& p_;
+  size_t k_;
+  const std::vector<std::vector<Value>>& values_;
+  const std::vector<std::vector<TensorInfo>>& infos_;
+};
+
+// _foreach op -> the lowering of its per-tensor op.
+std::map<std::string, std::string, std::less<>>& element_ops() {
+  static auto* m = new std::map<std::string, std::string, std::less<>>();
+  return *m;
+}
+
+std::vector<Value> lower_foreach(Context& c) {
+  auto it = element_ops().find(c.op);
+  TORCH_CHECK(it != element_ops().end(), "torch_tpu: no element op for ", c.op);
+  LoweringFn fn = find_lowering(it->second);
+  TORCH_CHECK(fn != nullptr, "torch_tpu: no lowering for ", it->second);
+  std::vector<std::vector<Value>> values(c.args.size());
+  std::vector<std::vector<TensorInfo>> infos(c.args.size());
+  size_t n = 0;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    if (!c.args.is_tensor_list(i)) continue;
+    values[i] = c.args.tensors(i);
+    infos[i] = c.args.infos(i);
+    if (i == 0) n = values[i].size();
+    TORCH_CHECK(values[i].size() == n, "Tensor lists must have the same number of tensors, got ", n, " and ",
+                values[i].size());
+  }
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    if (c.args.is_scalar_list(i)) {
+      TORCH_CHECK(c.args.scalars(i).size() == n, "Tensor list must have same number of elements as scalar list, got ",
+                  n, " and ", c.args.scalars(i).size());
+    }
+  }
+  std::vector<Value> out;
+  for (size_t k = 0; k < n; ++k) {
+    ElementArgs ea(c.args, k, values, infos);
+    Context ec{c.b, ea, it->second, c.precision};
+    std::vector<Value> r = fn(ec);
+    out.push_back(r.at(0));
+  }
+  return out;
+}
+
+// _foreach_norm.Scalar(self[], ord, dtype?)
+std::vector<Value> lower_foreach_norm(Context& c) {
+  std::vector<Value> xs = c.args.tensors(0);
+  std::vector<TensorInfo> infos = c.args.infos(0);
+  const double ord = c.args.has(1) ? c.args.scalar(1).toDouble() : 2.0;
+  Builder& b = c.b;
+  std::vector<Value> out;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const at::ScalarType t = c.args.opt_scalar_type(2).value_or(infos[k].dtype);
+    const DType ct = to_hlo(opmath_type(t));
+    Value a = b.abs(b.convert(xs[k], ct));
+    Dims all;
+    for (int64_t d = 0; d < infos[k].dim(); ++d) all.push_back(d);
+    Value r;
+    if (std::isinf(ord)) {
+      r = ord > 0 ? b.reduce(a, b.zeros(Type{ct, {}}), all, "stablehlo.maximum")
+                  : b.reduce(a, b.highest(ct), all, "stablehlo.minimum");
+    } else if (ord == 1) {
+      r = sum_over(b, a, all);
+    } else if (ord == 2) {
+      r = b.unary("stablehlo.sqrt", sum_over(b, b.mul(a, a), all));
+    } else {
+      r = sum_over(b, b.pow(a, b.full(ord, ct, b.dims(a))), all);
+      r = b.pow(r, b.full(1.0 / ord, ct, {}));
+    }
+    out.push_back(b.convert(r, to_hlo(t)));
+  }
+  return out;
+}
+
+// _foreach_copy(self[], src[], non_blocking) -> src converted to self's dtypes.
+std::vector<Value> lower_foreach_copy(Context& c) {
+  std::vector<Value> src = c.args.tensors(1);
+  std::vector<TensorInfo> dst = c.args.infos(0);
+  std::vector<Value> out;
+  for (size_t k = 0; k < src.size(); ++k) {
+    out.push_back(c.b.broadcast_to(cast(c.b, src[k], dst[k].dtype), dst[k].sizes));
+  }
+  return out;
+}
+
+// Whether to skip the step (found_inf != 0), as a rank-0 pred; invalid when
+// there is no found_inf.
+Value skip_step(Context& c, size_t found_inf_arg) {
+  if (!c.args.has(found_inf_arg)) return Value{};
+  Builder& b = c.b;
+  Value f = b.reshape(b.convert(c.args.tensor(found_inf_arg), DType::F32), {});
+  return b.compare(Cmp::NE, f, b.constant(0, DType::F32));
+}
+
+Value keep_if(Builder& b, Value skip, Value old_v, Value new_v) {
+  if (!skip.valid()) return new_v;
+  return b.select(b.broadcast_in_dim(skip, b.dims(new_v), {}), old_v, new_v);
+}
+
+// _fused_adam_ / _fused_adamw_(self[], grads[], exp_avgs[], exp_avg_sqs[],
+//   max_exp_avg_sqs[], state_steps[], *, lr, beta1, beta2, weight_decay, eps,
+//   amsgrad, maximize, grad_scale?, found_inf?)
+std::vector<Value> fused_adam(Context& c, bool adamw) {
+  Builder& b = c.b;
+  std::vector<Value> params = c.args.tensors(0), grads = c.args.tensors(1), avgs = c.args.tensors(2),
+                     sqs = c.args.tensors(3), maxs = c.args.tensors(4), steps = c.args.tensors(5);
+  std::vector<TensorInfo> pinfo = c.args.infos(0);
+  const double beta1 = c.args.double_(7), beta2 = c.args.double_(8), wd = c.args.double_(9), eps = c.args.double_(10);
+  const bool amsgrad = c.args.bool_(11), maximize = c.args.bool_(12);
+  Value skip = skip_step(c, 14);
+  std::vector<Value> new_p, new_a, new_s, new_m;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const at::ScalarType t = pinfo[k].dtype;
+    const DType ct = to_hlo(opmath_type(t));
+    const Dims& shape = pinfo[k].sizes;
+    auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
+    auto num = [&](double v) { return b.full(v, ct, shape); };
+    Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
+    Value m = b.convert(avgs[k], ct), v = b.convert(sqs[k], ct);
+    Value lr = full(c.args.is_tensor(6) ? b.reshape(b.convert(c.args.tensor(6), ct), {})
+                                        : c.args.runtime_scalar(c.args.double_(6), ct));
+    if (maximize) g = b.neg(g);
+    if (c.args.has(13)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(13), ct), {})));
+    Value p0 = p;
+    if (wd != 0) {
+      if (adamw) {
+        p = b.mul(p, b.sub(num(1), b.mul(lr, full(c.args.runtime_scalar(wd, ct)))));
+      } else {
+        g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
+      }
+    }
+    m = b.add(m, b.mul(b.sub(g, m), full(c.args.runtime_scalar(1 - beta1, ct))));
+    v = b.add(b.mul(v, full(c.args.runtime_scalar(beta2, ct))),
+              b.mul(b.mul(g, g), full(c.args.runtime_scalar(1 - beta2, ct))));
+    Value step = full(b.reshape(b.convert(steps[k], ct), {}));
+    Value bc1 = b.sub(num(1), b.pow(full(c.args.runtime_scalar(beta1, ct)), step));
+    Value bc2 = b.sub(num(1), b.pow(full(c.args.runtime_scalar(beta2, ct)), step));
+    Value step_size = b.div(lr, bc1);
+    Value bc2_sqrt = b.unary("stablehlo.sqrt", bc2);
+    Value denom_src = v;
+    if (amsgrad) {
+      Value mx = b.max(b.convert(maxs[k], ct), v);
+      new_m.push_back(keep_if(b, skip, b.convert(maxs[k], ct), mx));
+      denom_src = mx;
+    }
+    Value denom = b.add(b.div(b.unary("stablehlo.sqrt", denom_src), bc2_sqrt), full(c.args.runtime_scalar(eps, ct)));
+    p = b.sub(p, b.mul(step_size, b.div(m, denom)));
+    new_p.push_back(keep_if(b, skip, p0, p));
+    new_a.push_back(keep_if(b, skip, b.convert(avgs[k], ct), m));
+    new_s.push_back(keep_if(b, skip, b.convert(sqs[k], ct), v));
+  }
+  c.args.assign_list(0, new_p);
+  c.args.assign_list(2, new_a);
+  c.args.assign_list(3, new_s);
+  if (amsgrad) c.args.assign_list(4, new_m);
+  return {};
+}
+
+// _fused_sgd_(self[], grads[], momentum_buffer_list[], *, weight_decay,
+//   momentum, lr, dampening, nesterov, maximize, is_first_step, grad_scale?, found_inf?)
+std::vector<Value> fused_sgd(Context& c) {
+  Builder& b = c.b;
+  std::vector<Value> params = c.args.tensors(0), grads = c.args.tensors(1), bufs = c.args.tensors(2);
+  std::vector<TensorInfo> pinfo = c.args.infos(0);
+  const double wd = c.args.double_(3), momentum = c.args.double_(4), dampening = c.args.double_(6);
+  const bool nesterov = c.args.bool_(7), maximize = c.args.bool_(8), first = c.args.bool_(9);
+  Value skip = skip_step(c, 11);
+  std::vector<Value> new_p, new_b;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const at::ScalarType t = pinfo[k].dtype;
+    const DType ct = to_hlo(opmath_type(t));
+    const Dims& shape = pinfo[k].sizes;
+    auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
+    Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
+    Value lr = full(c.args.is_tensor(5) ? b.reshape(b.convert(c.args.tensor(5), ct), {})
+                                        : c.args.runtime_scalar(c.args.double_(5), ct));
+    if (maximize) g = b.neg(g);
+    if (c.args.has(10)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(10), ct), {})));
+    if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
+    if (momentum != 0) {
+      Value buf;
+      if (first) {
+        buf = g;
+      } else {
+        buf = b.add(b.mul(b.convert(bufs[k], ct), full(c.args.runtime_scalar(momentum, ct))),
+                    b.mul(g, full(c.args.runtime_scalar(1 - dampening, ct))));
+      }
+      new_b.push_back(keep_if(b, skip, b.convert(bufs[k], ct), buf));
+      g = nesterov ? b.add(g, b.mul(buf, full(c.args.runtime_scalar(momentum, ct)))) : buf;
+    }
+    new_p.push_back(keep_if(b, skip, p, b.sub(p, b.mul(lr, g))));
+  }
+  c.args.assign_list(0, new_p);
+  if (momentum != 0) c.args.assign_list(2, new_b);
+  return {};
+}
+
+void foreach_op(const std::string& name, const std::string& element) {
+  element_ops().emplace(name, element);
+  register_lowering(name.c_str(), lower_foreach);
+}
+
+}  // namespace
+
+TPU_LOWERINGS(foreach) {
+  for (const char* op : {"add", "sub", "mul", "div"}) {
+    const std::string base = std::string("aten::_foreach_") + op;
+    const std::string elem = std::string("aten::") + op;
+    auto add = [&](const std::string& suffix, const std::string& element) {
+      foreach_op(base + suffix, element);
+    };
+    add(".Scalar", elem + ".Scalar");
+    add(".List", elem + ".Tensor");
+    add(".ScalarList", elem + ".Scalar");
+    if (std::string(op) != "sub") add(".Tensor", elem + ".Tensor");
+  }
+  foreach_op("aten::_foreach_addcmul.Scalar", "aten::addcmul");
+  foreach_op("aten::_foreach_addcmul.ScalarList", "aten::addcmul");
+  foreach_op("aten::_foreach_addcdiv.Scalar", "aten::addcdiv");
+  foreach_op("aten::_foreach_addcdiv.ScalarList", "aten::addcdiv");
+  foreach_op("aten::_foreach_lerp.Scalar", "aten::lerp.Scalar");
+  foreach_op("aten::_foreach_lerp.List", "aten::lerp.Tensor");
+  foreach_op("aten::_foreach_lerp.ScalarList", "aten::lerp.Scalar");
+  foreach_op("aten::_foreach_maximum.Scalar", "aten::clamp_min");
+  foreach_op("aten::_foreach_maximum.List", "aten::maximum");
+  foreach_op("aten::_foreach_maximum.ScalarList", "aten::clamp_min");
+  foreach_op("aten::_foreach_minimum.Scalar", "aten::clamp_max");
+  foreach_op("aten::_foreach_minimum.List", "aten::minimum");
+  foreach_op("aten::_foreach_minimum.ScalarList", "aten::clamp_max");
+  foreach_op("aten::_foreach_clamp_min.Scalar", "aten::clamp_min");
+  foreach_op("aten::_foreach_clamp_min.List", "aten::clamp_min.Tensor");
+  foreach_op("aten::_foreach_clamp_min.ScalarList", "aten::clamp_min");
+  foreach_op("aten::_foreach_clamp_max.Scalar", "aten::clamp_max");
+  foreach_op("aten::_foreach_clamp_max.List", "aten::clamp_max.Tensor");
+  foreach_op("aten::_foreach_clamp_max.ScalarList", "aten::clamp_max");
+  foreach_op("aten::_foreach_pow.List", "aten::pow.Tensor_Tensor");
+  foreach_op("aten::_foreach_pow.Scalar", "aten::pow.Tensor_Scalar");
+  foreach_op("aten::_foreach_pow.ScalarList", "aten::pow.Tensor_Scalar");
+  for (const char* op : {"abs", "acos", "asin", "atan", "ceil", "cos", "cosh", "erf", "erfc", "exp", "expm1",
+                         "floor", "frac", "lgamma", "log", "log10", "log1p", "log2", "neg", "reciprocal", "round",
+                         "sigmoid", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "rsqrt", "zero"}) {
+    foreach_op(std::string("aten::_foreach_") + op, std::string("aten::") + op);
+  }
+  reg("aten::_foreach_norm.Scalar", lower_foreach_norm);
+  reg("aten::_foreach_copy", lower_foreach_copy);
+  reg("aten::_fused_adam_", [](Context& c) { return fused_adam(c, false); });
+  reg("aten::_fused_adam_.tensor_lr", [](Context& c) { return fused_adam(c, false); });
+  reg("aten::_fused_adamw_", [](Context& c) { return fused_adam(c, true); });
+  reg("aten::_fused_adamw_.tensor_lr", [](Context& c) { return fused_adam(c, true); });
+  reg("aten::_fused_sgd_", fused_sgd);
+  reg("aten::_fused_sgd_.tensor_lr", fused_sgd);
+}
+
+}  // namespace tpu::lowering

@@ -1,0 +1,1067 @@
+// Neural-network ops: pooling, normalization, losses, upsampling, dropout
+// backward. Spatial ops work on the trailing dims and accept inputs with or
+// without a batch dimension.
+#include <cmath>
+
+#include "csrc/lowering/common.h"
+
+namespace tpu::lowering {
+
+namespace {
+
+using hlo::Cmp;
+
+Value k(Builder& b, double v, Value like) { return b.full(v, b.dtype(like), b.dims(like)); }
+
+Dims expand_param(const std::vector<int64_t>& v, int64_t n, const Dims& dflt) {
+  if (v.empty()) return dflt;
+  if (v.size() == 1) return Dims(n, v[0]);
+  TORCH_CHECK(static_cast<int64_t>(v.size()) == n, "expected ", n, " values, got ", v.size());
+  return Dims(v.begin(), v.end());
+}
+
+Dims range(int64_t from, int64_t to) {
+  Dims d;
+  for (int64_t i = from; i < to; ++i) d.push_back(i);
+  return d;
+}
+
+// ---- pooling ------------------------------------------------------------------------
+
+struct Pool {
+  int64_t nsp = 2;
+  Dims kernel, stride, padding, dilation;
+  bool ceil_mode = false;
+};
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+int64_t pool_out(int64_t in, int64_t k, int64_t p, int64_t s, int64_t d, bool ceil_mode) {
+  int64_t out = floor_div(in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0), s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+Pool pool_params(Context& c, size_t first, int64_t nsp, bool has_dilation) {
+  // (kernel_size, stride, padding[, dilation], ceil_mode)
+  Pool p;
+  p.nsp = nsp;
+  p.kernel = expand_param(c.args.ints(first), nsp, {});
+  TORCH_CHECK(static_cast<int64_t>(p.kernel.size()) == nsp, "kernel_size must have ", nsp, " elements");
+  p.stride = expand_param(c.args.has(first + 1) ? c.args.ints(first + 1) : std::vector<int64_t>{}, nsp, p.kernel);
+  p.padding = expand_param(c.args.ints(first + 2), nsp, Dims(nsp, 0));
+  size_t next = first + 3;
+  if (has_dilation) p.dilation = expand_param(c.args.ints(next++), nsp, Dims(nsp, 1));
+  else p.dilation = Dims(nsp, 1);
+  p.ceil_mode = c.args.bool_(next);
+  for (int64_t i = 0; i < nsp; ++i) {
+    TORCH_CHECK(p.kernel[i] > 0 && p.stride[i] > 0 && p.dilation[i] > 0,
+                "pooling: kernel_size, stride and dilation must be positive");
+    TORCH_CHECK(p.padding[i] >= 0 && p.padding[i] <= p.kernel[i] / 2,
+                "pad should be at most half of effective kernel size, but got pad=", p.padding[i],
+                ", kernel_size=", p.kernel[i], " and dilation=", p.dilation[i]);
+  }
+  return p;
+}
+
+// Output spatial sizes and the (low, high) padding that yields exactly them.
+struct Windows {
+  Dims out;
+  std::vector<std::pair<int64_t, int64_t>> pad;  // over all dims of the input
+  Dims window, strides, dilation;                 // over all dims
+};
+
+Windows windows(const Pool& p, const Dims& sizes) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t lead = rank - p.nsp;
+  Windows w;
+  w.window = Dims(rank, 1);
+  w.strides = Dims(rank, 1);
+  w.dilation = Dims(rank, 1);
+  w.pad.assign(rank, {0, 0});
+  for (int64_t i = 0; i < p.nsp; ++i) {
+    const int64_t in = sizes[lead + i];
+    const int64_t out = pool_out(in, p.kernel[i], p.padding[i], p.stride[i], p.dilation[i], p.ceil_mode);
+    TORCH_CHECK(out > 0, "Given input size: ", dims_string(sizes), ". Calculated output size is too small");
+    w.out.push_back(out);
+    const int64_t needed = (out - 1) * p.stride[i] + p.dilation[i] * (p.kernel[i] - 1) + 1;
+    w.pad[lead + i] = {p.padding[i], std::max<int64_t>(0, needed - in - p.padding[i])};
+    w.window[lead + i] = p.kernel[i];
+    w.strides[lead + i] = p.stride[i];
+    w.dilation[lead + i] = p.dilation[i];
+  }
+  return w;
+}
+
+// The flat index of each element within its spatial plane.
+Value plane_index(Builder& b, const Dims& sizes, int64_t nsp) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const Type it{DType::I64, sizes};
+  Value idx = b.zeros(it);
+  int64_t stride = 1;
+  for (int64_t d = rank - 1; d >= rank - nsp; --d) {
+    idx = b.add(idx, b.mul(b.iota(it, d), b.full_int(stride, DType::I64, sizes)));
+    stride *= sizes[d];
+  }
+  return idx;
+}
+
+// Body of a (value, index) max reduction: the larger value, NaN first, the
+// earlier index on ties (-1 marks padding and loses ties).
+std::vector<Value> max_with_index(Builder& rb, const std::vector<Value>& a) {
+  Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+  Value anan = rb.compare(Cmp::NE, av, av), bnan = rb.compare(Cmp::NE, bv, bv);
+  Value zero = rb.zeros(rb.type(ai));
+  Value a_first = rb.or_(rb.compare(Cmp::LT, bi, zero),
+                         rb.and_(rb.compare(Cmp::GE, ai, zero), rb.compare(Cmp::LT, ai, bi)));
+  Value greater = rb.compare(Cmp::GT, av, bv);
+  Value equal = rb.or_(rb.compare(Cmp::EQ, av, bv), rb.and_(anan, bnan));
+  Value pick_a = rb.or_(rb.and_(anan, rb.not_(bnan)),
+                        rb.or_(rb.and_(greater, rb.not_(bnan)), rb.and_(equal, a_first)));
+  return {rb.select(pick_a, av, bv), rb.select(pick_a, ai, bi)};
+}
+
+std::pair<Value, Value> reduce_window_pairs(Builder& b, Value x, Value idx, const Windows& w) {
+  const Type xt = b.type(x);
+  Value init_v = b.lowest(xt.dtype), init_i = b.constant_int(-1, DType::I64);
+  std::string body = b.region({Type{xt.dtype, {}}, Type{DType::I64, {}}, Type{xt.dtype, {}}, Type{DType::I64, {}}},
+                              max_with_index);
+  const int64_t rank = xt.rank();
+  Dims out = xt.dims;
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t padded = xt.dims[d] + w.pad[d].first + w.pad[d].second;
+    const int64_t win = (w.window[d] - 1) * w.dilation[d] + 1;
+    out[d] = padded < win ? 0 : (padded - win) / w.strides[d] + 1;
+  }
+  std::string pad = "dense<[";
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d) pad += ", ";
+    pad += "[" + std::to_string(w.pad[d].first) + ", " + std::to_string(w.pad[d].second) + "]";
+  }
+  pad += "]> : tensor<" + std::to_string(rank) + "x2xi64>";
+  std::string attrs = "window_dimensions = " + hlo::array_attr(w.window) +
+                      ", window_strides = " + hlo::array_attr(w.strides) +
+                      ", base_dilations = " + hlo::array_attr(Dims(rank, 1)) +
+                      ", window_dilations = " + hlo::array_attr(w.dilation) + ", padding = " + pad;
+  auto r = b.emit("stablehlo.reduce_window", {x, idx, init_v, init_i},
+                  {Type{xt.dtype, out}, Type{DType::I64, out}}, attrs, {body});
+  // Keep exactly the requested windows.
+  Dims limit = out;
+  const int64_t lead = rank - static_cast<int64_t>(w.out.size());
+  for (size_t i = 0; i < w.out.size(); ++i) limit[lead + i] = w.out[i];
+  return {b.slice(r[0], Dims(rank, 0), limit), b.slice(r[1], Dims(rank, 0), limit)};
+}
+
+std::vector<Value> lower_max_pool(Context& c, int64_t nsp) {
+  // max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() == nsp + 1 || in.dim() == nsp + 2, "max_pool", nsp, "d: expected ", nsp + 1,
+              "D or ", nsp + 2, "D input, got ", in.dim(), "D");
+  Pool p = pool_params(c, 1, nsp, true);
+  Windows w = windows(p, in.sizes);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  auto [v, i] = reduce_window_pairs(b, x, plane_index(b, in.sizes, nsp), w);
+  return {v, i};
+}
+
+// Scatter-add `grad` (shape of indices) into the planes of `sizes` at the
+// flat plane positions `indices`.
+Value scatter_planes(Builder& b, Value grad, Value indices, const Dims& sizes, int64_t nsp) {
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t lead = rank - nsp;
+  Dims flat_sizes(sizes.begin(), sizes.begin() + lead);
+  int64_t plane = 1;
+  for (int64_t d = lead; d < rank; ++d) plane *= sizes[d];
+  flat_sizes.push_back(plane);
+  const Dims& gd = b.dims(grad);
+  Dims with_one = gd;
+  with_one.push_back(1);
+  std::vector<Value> parts;
+  for (int64_t d = 0; d < lead; ++d) parts.push_back(b.reshape(b.iota(Type{DType::I64, gd}, d), with_one));
+  parts.push_back(b.reshape(b.convert(indices, DType::I64), with_one));
+  Value coords = b.concatenate(parts, static_cast<int64_t>(gd.size()));
+  // Every dim of grad is a scatter (batch) dim; the operand dims are all indexed.
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = range(0, lead + 1);
+  dn.scatter_dims_to_operand_dims = range(0, lead + 1);
+  dn.index_vector_dim = static_cast<int64_t>(gd.size());
+  Value zero = b.zeros(Type{b.dtype(grad), flat_sizes});
+  Value r = b.scatter(zero, coords, grad, dn, [](Builder& rb, const std::vector<Value>& a) {
+    return std::vector<Value>{rb.add(a[0], a[1])};
+  });
+  return b.reshape(r, sizes);
+}
+
+std::vector<Value> lower_max_pool_backward(Context& c, int64_t nsp, size_t indices_arg) {
+  // (grad_output, self, ..., indices)
+  const TensorInfo& in = c.args.info(1);
+  const at::ScalarType t = in.dtype;
+  Builder& b = c.b;
+  Value g = cast(b, c.args.tensor(0), opmath_type(t));
+  Value r = scatter_planes(b, g, c.args.tensor(indices_arg), in.sizes, nsp);
+  return one(cast(b, r, t));
+}
+
+// Divisors of avg pooling per output position (spatial dims only).
+Value avg_divisor(Builder& b, const Pool& p, const Windows& w, const Dims& in_spatial,
+                  bool count_include_pad, std::optional<int64_t> divisor_override, DType dt) {
+  const int64_t nsp = p.nsp;
+  if (divisor_override) return b.full(static_cast<double>(*divisor_override), dt, w.out);
+  Value ones = b.full(1, dt, in_spatial);
+  std::vector<std::pair<int64_t, int64_t>> pad(nsp);
+  if (count_include_pad) {
+    ones = b.pad(ones, b.constant(1, dt), p.padding, p.padding);
+    const int64_t lead = static_cast<int64_t>(w.pad.size()) - nsp;
+    for (int64_t i = 0; i < nsp; ++i) pad[i] = {0, std::max<int64_t>(0, w.pad[lead + i].second - p.padding[i])};
+  } else {
+    const int64_t lead = static_cast<int64_t>(w.pad.size()) - nsp;
+    for (int64_t i = 0; i < nsp; ++i) pad[i] = w.pad[lead + i];
+  }
+  Value cnt = b.reduce_window(ones, b.constant(0, dt), p.kernel, p.stride, Dims(nsp, 1), Dims(nsp, 1), pad,
+                              "stablehlo.add");
+  return b.slice(cnt, Dims(nsp, 0), w.out);
+}
+
+std::vector<Value> lower_avg_pool(Context& c, int64_t nsp) {
+  // avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() == nsp + 1 || in.dim() == nsp + 2, "avg_pool", nsp, "d: expected ", nsp + 1,
+              "D or ", nsp + 2, "D input, got ", in.dim(), "D");
+  Pool p = pool_params(c, 1, nsp, false);
+  const bool include_pad = c.args.bool_(5);
+  std::optional<int64_t> divisor = c.args.opt_int(6);
+  TORCH_CHECK(!divisor || *divisor != 0, "divisor must be not zero");
+  Windows w = windows(p, in.sizes);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value sum = b.reduce_window(x, b.constant(0, ct), w.window, w.strides, Dims(in.dim(), 1), w.dilation, w.pad,
+                              "stablehlo.add");
+  const int64_t lead = in.dim() - nsp;
+  Dims limit = b.dims(sum);
+  for (int64_t i = 0; i < nsp; ++i) limit[lead + i] = w.out[i];
+  sum = b.slice(sum, Dims(in.dim(), 0), limit);
+  Dims in_spatial(in.sizes.begin() + lead, in.sizes.end());
+  Value div = avg_divisor(b, p, w, in_spatial, include_pad, divisor, ct);
+  return one(cast(b, b.div(sum, b.broadcast_in_dim(div, limit, range(lead, in.dim()))), t));
+}
+
+std::vector<Value> lower_avg_pool_backward(Context& c, int64_t nsp) {
+  // (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+  const TensorInfo& in = c.args.info(1);
+  Pool p = pool_params(c, 2, nsp, false);
+  const bool include_pad = c.args.bool_(6);
+  std::optional<int64_t> divisor = c.args.opt_int(7);
+  Windows w = windows(p, in.sizes);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const int64_t lead = in.dim() - nsp;
+  Dims in_spatial(in.sizes.begin() + lead, in.sizes.end());
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value div = avg_divisor(b, p, w, in_spatial, include_pad, divisor, ct);
+  g = b.div(g, b.broadcast_in_dim(div, b.dims(g), range(lead, in.dim())));
+  // Spread every gradient over its window: dilate by the stride, then sum
+  // windows of the kernel size.
+  Dims lo(in.dim(), 0), hi(in.dim(), 0), interior(in.dim(), 0);
+  for (int64_t i = 0; i < nsp; ++i) {
+    lo[lead + i] = p.kernel[i] - 1;
+    hi[lead + i] = p.kernel[i] - 1;
+    interior[lead + i] = p.stride[i] - 1;
+  }
+  Value spread = b.pad(g, b.constant(0, ct), lo, hi, interior);
+  Dims win(in.dim(), 1);
+  for (int64_t i = 0; i < nsp; ++i) win[lead + i] = p.kernel[i];
+  std::vector<std::pair<int64_t, int64_t>> none(in.dim(), {0, 0});
+  Value full = b.reduce_window(spread, b.constant(0, ct), win, Dims(in.dim(), 1), Dims(in.dim(), 1),
+                               Dims(in.dim(), 1), none, "stablehlo.add");
+  // full covers padded-input positions [0, L); the input starts at `padding`.
+  Dims start(in.dim(), 0), grow(in.dim(), 0);
+  for (int64_t i = 0; i < nsp; ++i) {
+    const int64_t have = b.dims(full)[lead + i];
+    start[lead + i] = p.padding[i];
+    grow[lead + i] = std::max<int64_t>(0, p.padding[i] + in.sizes[lead + i] - have);
+  }
+  full = b.pad(full, b.constant(0, ct), Dims(in.dim(), 0), grow);
+  Dims limit = in.sizes;
+  for (int64_t i = 0; i < nsp; ++i) limit[lead + i] = start[lead + i] + in.sizes[lead + i];
+  return one(cast(b, b.slice(full, start, limit), t));
+}
+
+// Averaging matrix of adaptive pooling [out, in]: rows average
+// [floor(i*in/out), ceil((i+1)*in/out)).
+Value adaptive_matrix(Builder& b, int64_t in, int64_t out, DType dt) {
+  const Type it{DType::I64, {out, in}};
+  Value i = b.iota(it, 0), j = b.iota(it, 1);
+  Value start = b.div(b.mul(i, b.full_int(in, DType::I64, {out, in})), b.full_int(out, DType::I64, {out, in}));
+  Value end = b.div(b.add(b.mul(b.add(i, b.full_int(1, DType::I64, {out, in})), b.full_int(in, DType::I64, {out, in})),
+                          b.full_int(out - 1, DType::I64, {out, in})),
+                    b.full_int(out, DType::I64, {out, in}));
+  Value inside = b.and_(b.compare(Cmp::GE, j, start), b.compare(Cmp::LT, j, end));
+  Value w = b.div(b.full(1, dt, {out, in}), b.convert(b.sub(end, start), dt));
+  return b.select(inside, w, b.zeros(Type{dt, {out, in}}));
+}
+
+// x with dim `d` replaced by m's dim 0 (contracting m's dim 1) or, when
+// `transposed`, by m's dim 1 (contracting dim 0).
+Value apply_along(Builder& b, Value x, int64_t d, Value m, bool transposed) {
+  const int64_t rank = b.rank(x);
+  Value r = b.dot_general(x, m, {}, {}, {d}, {transposed ? 0 : 1}, b.dtype(x), true);
+  Dims perm;
+  for (int64_t i = 0; i < rank - 1; ++i) {
+    if (i == d) perm.push_back(rank - 1);
+    perm.push_back(i);
+  }
+  if (d == rank - 1) perm.push_back(rank - 1);
+  return b.transpose(r, perm);
+}
+
+std::vector<Value> lower_adaptive_avg(Context& c, int64_t nsp) {
+  const TensorInfo& in = c.args.info(0);
+  Dims out = expand_param(c.args.ints(1), nsp, {});
+  const int64_t lead = in.dim() - nsp;
+  TORCH_CHECK(lead == 1 || lead == 2, "adaptive_avg_pool", nsp, "d: expected ", nsp + 1, "D or ", nsp + 2,
+              "D input");
+  for (int64_t i = 0; i < nsp; ++i) {
+    TORCH_CHECK(in.sizes[lead + i] > 0, "adaptive_avg_pool", nsp, "d(): Expected input to have non-zero size for non-batch dimensions");
+  }
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x = b.convert(c.args.tensor(0), ct);
+  for (int64_t i = 0; i < nsp; ++i) {
+    x = apply_along(b, x, lead + i, adaptive_matrix(b, in.sizes[lead + i], out[i], ct), false);
+  }
+  return one(cast(b, x, t));
+}
+
+std::vector<Value> lower_adaptive_avg_backward(Context& c, int64_t nsp) {
+  // (grad_output, self)
+  const TensorInfo& go = c.args.info(0);
+  const TensorInfo& in = c.args.info(1);
+  const int64_t lead = in.dim() - nsp;
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value g = b.convert(c.args.tensor(0), ct);
+  for (int64_t i = 0; i < nsp; ++i) {
+    g = apply_along(b, g, lead + i, adaptive_matrix(b, in.sizes[lead + i], go.sizes[lead + i], ct), true);
+  }
+  return one(cast(b, g, t));
+}
+
+// adaptive_max_pool{2,3}d(self, output_size) -> (out, indices): one spatial
+// dim at a time, over the windows' masks.
+std::vector<Value> lower_adaptive_max(Context& c, int64_t nsp) {
+  const TensorInfo& in = c.args.info(0);
+  Dims out = expand_param(c.args.ints(1), nsp, {});
+  const int64_t lead = in.dim() - nsp;
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  Value idx = plane_index(b, in.sizes, nsp);
+  const DType dt = b.dtype(x);
+  for (int64_t i = 0; i < nsp; ++i) {
+    const int64_t d = lead + i;
+    const int64_t n = b.dims(x)[d];
+    const int64_t o = out[i];
+    // [.., o, n, ..]: the window mask of output o over input n.
+    Dims sizes = b.dims(x);
+    Dims expanded = sizes;
+    expanded.insert(expanded.begin() + d, o);
+    Dims bd;
+    for (int64_t a = 0; a < static_cast<int64_t>(sizes.size()); ++a) bd.push_back(a < d ? a : a + 1);
+    Value xe = b.broadcast_in_dim(x, expanded, bd);
+    Value ie = b.broadcast_in_dim(idx, expanded, bd);
+    const Type it{DType::I64, expanded};
+    Value oi = b.iota(it, d), ni = b.iota(it, d + 1);
+    Value start = b.div(b.mul(oi, b.full_int(n, DType::I64, expanded)), b.full_int(o, DType::I64, expanded));
+    Value end = b.div(b.add(b.mul(b.add(oi, b.full_int(1, DType::I64, expanded)), b.full_int(n, DType::I64, expanded)),
+                            b.full_int(o - 1, DType::I64, expanded)),
+                      b.full_int(o, DType::I64, expanded));
+    Value inside = b.and_(b.compare(Cmp::GE, ni, start), b.compare(Cmp::LT, ni, end));
+    xe = b.select(inside, xe, b.broadcast_in_dim(b.lowest(dt), expanded, {}));
+    ie = b.select(inside, ie, b.full_int(-1, DType::I64, expanded));
+    auto r = b.reduce({xe, ie}, {b.lowest(dt), b.constant_int(-1, DType::I64)}, {d + 1}, max_with_index);
+    x = r[0];
+    idx = r[1];
+  }
+  return {x, idx};
+}
+
+// ---- normalization ---------------------------------------------------------------------
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
+std::vector<Value> lower_layer_norm(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const Dims normalized = c.args.ints(1);
+  const int64_t axis = in.dim() - static_cast<int64_t>(normalized.size());
+  TORCH_CHECK(axis >= 0, "Given normalized_shape=", dims_string(normalized),
+              ", expected input with shape [*, ...] but got input of size", dims_string(in.sizes));
+  for (size_t i = 0; i < normalized.size(); ++i) {
+    TORCH_CHECK(in.sizes[axis + i] == normalized[i], "Given normalized_shape=", dims_string(normalized),
+                ", expected input with shape [*, ", dims_string(normalized).substr(1), ", but got input of size",
+                dims_string(in.sizes));
+  }
+  const double eps = c.args.double_(4);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x = b.convert(c.args.tensor(0), ct);
+  const Dims red = range(axis, in.dim());
+  const Dims keep = range(0, axis);
+  const double n = static_cast<double>(count_over(in.sizes, red));
+  Dims stat_dims(in.sizes.begin(), in.sizes.begin() + axis);
+  Value mean = b.div(sum_over(b, x, red), b.full(n, ct, stat_dims));
+  Value xc = b.sub(x, b.broadcast_in_dim(mean, in.sizes, keep));
+  Value var = b.div(sum_over(b, b.mul(xc, xc), red), b.full(n, ct, stat_dims));
+  Value rstd = b.unary("stablehlo.rsqrt", b.add(var, b.full(eps, ct, stat_dims)));
+  Value y = b.mul(xc, b.broadcast_in_dim(rstd, in.sizes, keep));
+  if (c.args.has(2)) y = b.mul(y, b.broadcast_to(b.convert(c.args.tensor(2), ct), in.sizes));
+  if (c.args.has(3)) y = b.add(y, b.broadcast_to(b.convert(c.args.tensor(3), ct), in.sizes));
+  Dims kept = stat_dims;
+  for (int64_t i = axis; i < in.dim(); ++i) kept.push_back(1);
+  const at::ScalarType stat_t = opmath_type(t);
+  return {cast(b, y, t), cast(b, b.reshape(mean, kept), stat_t), cast(b, b.reshape(rstd, kept), stat_t)};
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+//   weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> lower_layer_norm_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const Dims normalized = c.args.ints(2);
+  const int64_t axis = in.dim() - static_cast<int64_t>(normalized.size());
+  std::vector<int64_t> mask = c.args.ints(7);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const Dims red = range(axis, in.dim());
+  const Dims lead = range(0, axis);
+  const double n = static_cast<double>(count_over(in.sizes, red));
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value x = b.convert(c.args.tensor(1), ct);
+  Value mean = b.broadcast_to(b.convert(c.args.tensor(3), ct), in.sizes);
+  Value rstd = b.broadcast_to(b.convert(c.args.tensor(4), ct), in.sizes);
+  Value xhat = b.mul(b.sub(x, mean), rstd);
+  Value gw = c.args.has(5) ? b.mul(g, b.broadcast_to(b.convert(c.args.tensor(5), ct), in.sizes)) : g;
+  Value gi, gwt, gbs;
+  Dims stat_dims(in.sizes.begin(), in.sizes.begin() + axis);
+  if (mask[0]) {
+    Value s1 = b.broadcast_in_dim(sum_over(b, gw, red), in.sizes, lead);
+    Value s2 = b.broadcast_in_dim(sum_over(b, b.mul(gw, xhat), red), in.sizes, lead);
+    Value inner = b.sub(b.sub(b.mul(gw, b.full(n, ct, in.sizes)), s1), b.mul(xhat, s2));
+    gi = cast(b, b.mul(b.div(rstd, b.full(n, ct, in.sizes)), inner), t);
+  }
+  if (mask.size() > 1 && mask[1] && c.args.has(5)) {
+    gwt = cast(b, sum_over(b, b.mul(g, xhat), lead), c.args.info(5).dtype);
+  }
+  if (mask.size() > 2 && mask[2] && c.args.has(6)) {
+    gbs = cast(b, sum_over(b, g, lead), c.args.info(6).dtype);
+  }
+  return {gi, gwt, gbs};
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean[N,G], rstd[N,G])
+std::vector<Value> lower_group_norm(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t N = c.args.int_(3), C = c.args.int_(4), HW = c.args.int_(5), G = c.args.int_(6);
+  const double eps = c.args.double_(7);
+  TORCH_CHECK(C % G == 0, "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
+              dims_string(in.sizes), " and num_groups=", G);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const Dims grouped{N, G, C / G * HW};
+  Value x = b.reshape(b.convert(c.args.tensor(0), ct), grouped);
+  const double n = static_cast<double>(C / G * HW);
+  Value mean = b.div(sum_over(b, x, {2}), b.full(n, ct, {N, G}));
+  Value xc = b.sub(x, b.broadcast_in_dim(mean, grouped, {0, 1}));
+  Value var = b.div(sum_over(b, b.mul(xc, xc), {2}), b.full(n, ct, {N, G}));
+  Value rstd = b.unary("stablehlo.rsqrt", b.add(var, b.full(eps, ct, {N, G})));
+  Value y = b.reshape(b.mul(xc, b.broadcast_in_dim(rstd, grouped, {0, 1})), {N, C, HW});
+  if (c.args.has(1)) y = b.mul(y, b.broadcast_in_dim(b.convert(c.args.tensor(1), ct), {N, C, HW}, {1}));
+  if (c.args.has(2)) y = b.add(y, b.broadcast_in_dim(b.convert(c.args.tensor(2), ct), {N, C, HW}, {1}));
+  return {cast(b, b.reshape(y, in.sizes), t), cast(b, mean, t), cast(b, rstd, t)};
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group, output_mask)
+std::vector<Value> lower_group_norm_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const int64_t N = c.args.int_(5), C = c.args.int_(6), HW = c.args.int_(7), G = c.args.int_(8);
+  std::vector<int64_t> mask = c.args.ints(9);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const Dims flat{N, C, HW};
+  const Dims grouped{N, G, C / G * HW};
+  Value g = b.reshape(b.convert(c.args.tensor(0), ct), flat);
+  Value x = b.reshape(b.convert(c.args.tensor(1), ct), flat);
+  Value mean = b.convert(c.args.tensor(2), ct), rstd = b.convert(c.args.tensor(3), ct);
+  auto per_channel = [&](Value stat) {  // [N, G] -> [N, C, HW]
+    Value e = b.broadcast_in_dim(stat, {N, G, C / G, HW}, {0, 1});
+    return b.reshape(e, flat);
+  };
+  Value xhat = b.mul(b.sub(x, per_channel(mean)), per_channel(rstd));
+  Value gw = c.args.has(4) ? b.mul(g, b.broadcast_in_dim(b.convert(c.args.tensor(4), ct), flat, {1})) : g;
+  Value gi, gwt, gbs;
+  if (mask[0]) {
+    const double n = static_cast<double>(C / G * HW);
+    Value gwg = b.reshape(gw, grouped), xg = b.reshape(xhat, grouped);
+    Value s1 = b.broadcast_in_dim(sum_over(b, gwg, {2}), grouped, {0, 1});
+    Value s2 = b.broadcast_in_dim(sum_over(b, b.mul(gwg, xg), {2}), grouped, {0, 1});
+    Value inner = b.sub(b.sub(b.mul(gwg, b.full(n, ct, grouped)), s1), b.mul(xg, s2));
+    Value r = b.mul(b.div(b.broadcast_in_dim(rstd, grouped, {0, 1}), b.full(n, ct, grouped)), inner);
+    gi = cast(b, b.reshape(r, in.sizes), t);
+  }
+  if (mask.size() > 1 && mask[1]) gwt = cast(b, sum_over(b, b.mul(g, xhat), {0, 2}), t);
+  if (mask.size() > 2 && mask[2]) gbs = cast(b, sum_over(b, g, {0, 2}), t);
+  return {gi, gwt, gbs};
+}
+
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?,
+//   training, momentum, eps) -> (out, save_mean, save_invstd); updates the
+// running statistics in training mode.
+std::vector<Value> batch_norm(Context& c, size_t w_arg, size_t b_arg, std::optional<size_t> rm_arg,
+                              std::optional<size_t> rv_arg, bool training, double momentum, double eps) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() >= 2, "batch_norm: expected an input with at least 2 dims, got ", in.dim());
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const int64_t C = in.sizes[1];
+  Dims red{0};
+  for (int64_t i = 2; i < in.dim(); ++i) red.push_back(i);
+  Value x = b.convert(c.args.tensor(0), ct);
+  const bool has_rm = rm_arg && c.args.has(*rm_arg), has_rv = rv_arg && c.args.has(*rv_arg);
+  Value mean, invstd;
+  if (training) {
+    const double n = static_cast<double>(count_over(in.sizes, red));
+    TORCH_CHECK(n > 1 || !training, "Expected more than 1 value per channel when training, got input size ",
+                dims_string(in.sizes));
+    mean = b.div(sum_over(b, x, red), b.full(n, ct, {C}));
+    Value xc = b.sub(x, b.broadcast_in_dim(mean, in.sizes, {1}));
+    Value ss = sum_over(b, b.mul(xc, xc), red);
+    Value var = b.div(ss, b.full(n, ct, {C}));
+    invstd = b.unary("stablehlo.rsqrt", b.add(var, b.full(eps, ct, {C})));
+    if (has_rm) {
+      Value rm = b.convert(c.args.tensor(*rm_arg), ct);
+      c.args.assign(*rm_arg, b.add(b.mul(b.full(1 - momentum, ct, {C}), rm), b.mul(b.full(momentum, ct, {C}), mean)));
+    }
+    if (has_rv) {
+      Value rv = b.convert(c.args.tensor(*rv_arg), ct);
+      Value unbiased = b.div(ss, b.full(n - 1, ct, {C}));
+      c.args.assign(*rv_arg, b.add(b.mul(b.full(1 - momentum, ct, {C}), rv), b.mul(b.full(momentum, ct, {C}), unbiased)));
+    }
+  } else {
+    TORCH_CHECK(has_rm && has_rv, "running_mean and running_var must be defined in evaluation mode");
+    mean = b.convert(c.args.tensor(*rm_arg), ct);
+    invstd = b.unary("stablehlo.rsqrt", b.add(b.convert(c.args.tensor(*rv_arg), ct), b.full(eps, ct, {C})));
+  }
+  Value y = b.mul(b.sub(x, b.broadcast_in_dim(mean, in.sizes, {1})), b.broadcast_in_dim(invstd, in.sizes, {1}));
+  if (c.args.has(w_arg)) y = b.mul(y, b.broadcast_in_dim(b.convert(c.args.tensor(w_arg), ct), in.sizes, {1}));
+  if (c.args.has(b_arg)) y = b.add(y, b.broadcast_in_dim(b.convert(c.args.tensor(b_arg), ct), in.sizes, {1}));
+  return {cast(b, y, t), mean, invstd};
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
+//   save_mean?, save_invstd?, train, eps, output_mask)
+std::vector<Value> lower_batch_norm_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const bool train = c.args.bool_(7);
+  const double eps = c.args.double_(8);
+  std::vector<int64_t> mask = c.args.ints(9);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const int64_t C = in.sizes[1];
+  Dims red{0};
+  for (int64_t i = 2; i < in.dim(); ++i) red.push_back(i);
+  const double n = static_cast<double>(count_over(in.sizes, red));
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value x = b.convert(c.args.tensor(1), ct);
+  Value mean, invstd;
+  if (train) {
+    mean = b.convert(c.args.tensor(5), ct);
+    invstd = b.convert(c.args.tensor(6), ct);
+  } else {
+    mean = b.convert(c.args.tensor(3), ct);
+    invstd = b.unary("stablehlo.rsqrt", b.add(b.convert(c.args.tensor(4), ct), b.full(eps, ct, {C})));
+  }
+  auto bc = [&](Value v) { return b.broadcast_in_dim(v, in.sizes, {1}); };
+  Value gsum = sum_over(b, g, red);
+  Value xc = b.sub(x, bc(mean));
+  Value dot = sum_over(b, b.mul(g, xc), red);
+  Value scale = c.args.has(2) ? b.mul(invstd, b.convert(c.args.tensor(2), ct)) : invstd;
+  Value gi, gw, gbias;
+  if (mask[0]) {
+    if (train) {
+      Value proj = b.mul(xc, bc(b.mul(b.div(dot, b.full(n, ct, {C})), b.mul(invstd, invstd))));
+      Value gmean = bc(b.div(gsum, b.full(n, ct, {C})));
+      gi = b.mul(b.sub(b.sub(g, proj), gmean), bc(scale));
+    } else {
+      gi = b.mul(g, bc(scale));
+    }
+    gi = cast(b, gi, t);
+  }
+  const at::ScalarType wt = c.args.has(2) ? c.args.info(2).dtype : t;
+  if (mask.size() > 1 && mask[1]) gw = cast(b, b.mul(dot, invstd), wt);
+  if (mask.size() > 2 && mask[2]) gbias = cast(b, gsum, wt);
+  return {gi, gw, gbias};
+}
+
+// ---- losses ----------------------------------------------------------------------------
+
+enum Reduction { kNone = 0, kMean = 1, kSum = 2 };
+
+Value reduce_loss(Builder& b, Value l, int64_t reduction) {
+  if (reduction == kNone) return l;
+  const Dims all = range(0, b.rank(l));
+  Value s = sum_over(b, l, all);
+  if (reduction == kSum) return s;
+  const double n = static_cast<double>(b.type(l).numel());
+  return b.div(s, b.full(n, b.dtype(s), {}));
+}
+
+// d(reduced)/d(elementwise): grad broadcast, scaled by 1/n for the mean.
+Value expand_loss_grad(Builder& b, Value g, const Dims& shape, int64_t reduction) {
+  Value e = b.broadcast_to(g, shape);
+  if (reduction == kMean) e = b.div(e, b.full(static_cast<double>(Type{DType::F32, shape}.numel()), b.dtype(e), shape));
+  return e;
+}
+
+template <typename F>
+std::vector<Value> pointwise_loss(Context& c, F f) {
+  // (self, target, reduction, ...)
+  const at::ScalarType t = c.args.info(0).dtype;
+  const Dims shape = broadcast_shapes(c.args.info(0).sizes, c.args.info(1).sizes);
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x = b.broadcast_to(b.convert(c.args.tensor(0), ct), shape);
+  Value y = b.broadcast_to(b.convert(c.args.tensor(1), ct), shape);
+  return one(cast(b, reduce_loss(b, f(b, x, y), c.args.int_(2)), t));
+}
+
+template <typename F>
+std::vector<Value> pointwise_loss_backward(Context& c, F f) {
+  // (grad_output, self, target, reduction, ...)
+  const at::ScalarType t = c.args.info(1).dtype;
+  const Dims shape = broadcast_shapes(c.args.info(1).sizes, c.args.info(2).sizes);
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  Value g = expand_loss_grad(b, b.convert(c.args.tensor(0), ct), shape, c.args.int_(3));
+  Value x = b.broadcast_to(b.convert(c.args.tensor(1), ct), shape);
+  Value y = b.broadcast_to(b.convert(c.args.tensor(2), ct), shape);
+  return one(cast(b, b.mul(g, f(b, x, y)), t));
+}
+
+// nll_loss_forward(self [N, C] or [C], target, weight?, reduction, ignore_index) -> (output, total_weight)
+// Also nll_loss2d_forward with self [N, C, H, W].
+std::vector<Value> lower_nll_loss(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const TensorInfo& tgt = c.args.info(1);
+  const int64_t reduction = c.args.int_(3);
+  const int64_t ignore = c.args.int_(4);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const bool batched = in.dim() >= 2;
+  const int64_t C = batched ? in.sizes[1] : in.sizes[0];
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value target = b.convert(c.args.tensor(1), DType::I64);
+  const Dims ts = tgt.sizes;
+  // Move classes last: [N, *, C].
+  if (batched && in.dim() > 2) {
+    Dims perm{0};
+    for (int64_t i = 2; i < in.dim(); ++i) perm.push_back(i);
+    perm.push_back(1);
+    x = b.transpose(x, perm);
+  }
+  Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, ts));
+  Value safe = b.select(valid, target, b.zeros(Type{DType::I64, ts}));
+  // Pick x[..., target].
+  const int64_t tr = static_cast<int64_t>(ts.size());
+  Dims bts = ts;
+  bts.push_back(C);
+  Value onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, bts}, tr), b.broadcast_in_dim(safe, bts, range(0, tr)));
+  Value xb = b.reshape(x, bts);
+  Value picked = sum_over(b, b.select(onehot, xb, b.zeros(Type{ct, bts})), {tr});
+  Value w = b.full(1, ct, ts);
+  if (c.args.has(2)) {
+    Value weight = b.convert(c.args.tensor(2), ct);
+    w = sum_over(b, b.select(onehot, b.broadcast_in_dim(weight, bts, {tr}), b.zeros(Type{ct, bts})), {tr});
+  }
+  w = b.select(valid, w, b.zeros(Type{ct, ts}));
+  Value loss = b.neg(b.mul(picked, w));
+  Value total = sum_over(b, w, range(0, tr));
+  Value out;
+  if (reduction == kNone) {
+    out = loss;
+  } else {
+    Value s = sum_over(b, loss, range(0, tr));
+    out = reduction == kSum ? s : b.div(s, total);
+  }
+  return {cast(b, out, t), cast(b, total, t)};
+}
+
+// nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight)
+std::vector<Value> lower_nll_loss_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const TensorInfo& tgt = c.args.info(2);
+  const int64_t reduction = c.args.int_(4);
+  const int64_t ignore = c.args.int_(5);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const bool batched = in.dim() >= 2;
+  const int64_t C = batched ? in.sizes[1] : in.sizes[0];
+  const Dims ts = tgt.sizes;
+  const int64_t tr = static_cast<int64_t>(ts.size());
+  Value target = b.convert(c.args.tensor(2), DType::I64);
+  Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, ts));
+  Value safe = b.select(valid, target, b.zeros(Type{DType::I64, ts}));
+  Dims bts = ts;
+  bts.push_back(C);
+  Value onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, bts}, tr), b.broadcast_in_dim(safe, bts, range(0, tr)));
+  Value w = b.full(1, ct, ts);
+  if (c.args.has(3)) {
+    Value weight = b.convert(c.args.tensor(3), ct);
+    w = sum_over(b, b.select(onehot, b.broadcast_in_dim(weight, bts, {tr}), b.zeros(Type{ct, bts})), {tr});
+  }
+  w = b.select(valid, w, b.zeros(Type{ct, ts}));
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value scale;
+  if (reduction == kNone) {
+    scale = b.mul(b.neg(w), b.broadcast_to(g, ts));
+  } else {
+    Value gs = b.broadcast_in_dim(g, ts, {});
+    if (reduction == kMean) gs = b.div(gs, b.broadcast_in_dim(b.convert(c.args.tensor(6), ct), ts, {}));
+    scale = b.mul(b.neg(w), gs);
+  }
+  Value grad = b.select(onehot, b.broadcast_in_dim(scale, bts, range(0, tr)), b.zeros(Type{ct, bts}));
+  if (batched && in.dim() > 2) {
+    // [N, *, C] -> [N, C, *]
+    Dims perm{0, static_cast<int64_t>(bts.size()) - 1};
+    for (int64_t i = 1; i < static_cast<int64_t>(bts.size()) - 1; ++i) perm.push_back(i);
+    grad = b.transpose(grad, perm);
+  }
+  return one(cast(b, b.reshape(grad, in.sizes), t));
+}
+
+Value bce(Builder& b, Value x, Value y) {
+  // -(y log x + (1 - y) log(1 - x)), logs clamped at -100 as PyTorch does
+  Value lo = k(b, -100, x);
+  Value lx = b.max(b.unary("stablehlo.log", x), lo);
+  Value l1x = b.max(b.unary("stablehlo.log", b.sub(k(b, 1, x), x)), lo);
+  return b.neg(b.add(b.mul(y, lx), b.mul(b.sub(k(b, 1, y), y), l1x)));
+}
+
+// binary_cross_entropy(self, target, weight?, reduction)
+std::vector<Value> lower_bce(Context& c) {
+  const at::ScalarType t = c.args.info(0).dtype;
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  const Dims& shape = c.args.info(0).sizes;
+  Value x = b.convert(c.args.tensor(0), ct), y = b.broadcast_to(b.convert(c.args.tensor(1), ct), shape);
+  Value l = bce(b, x, y);
+  if (c.args.has(2)) l = b.mul(l, b.broadcast_to(b.convert(c.args.tensor(2), ct), shape));
+  return one(cast(b, reduce_loss(b, l, c.args.int_(3)), t));
+}
+
+// binary_cross_entropy_backward(grad_output, self, target, weight?, reduction)
+std::vector<Value> lower_bce_backward(Context& c) {
+  const at::ScalarType t = c.args.info(1).dtype;
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  const Dims& shape = c.args.info(1).sizes;
+  Value g = expand_loss_grad(b, b.convert(c.args.tensor(0), ct), shape, c.args.int_(4));
+  Value x = b.convert(c.args.tensor(1), ct), y = b.broadcast_to(b.convert(c.args.tensor(2), ct), shape);
+  // (x - y) / max((1 - x) x, eps)
+  Value denom = b.max(b.mul(b.sub(k(b, 1, x), x), x), k(b, 1e-12, x));
+  Value r = b.mul(g, b.div(b.sub(x, y), denom));
+  if (c.args.has(3)) r = b.mul(r, b.broadcast_to(b.convert(c.args.tensor(3), ct), shape));
+  return one(cast(b, r, t));
+}
+
+// ---- upsampling ------------------------------------------------------------------------
+
+// PyTorch's source-index scale for output `out` from input `in`.
+double area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (align_corners) return out > 1 ? static_cast<double>(in - 1) / (out - 1) : 0.0;
+  if (scale && *scale > 0) return 1.0 / *scale;
+  return static_cast<double>(in) / out;
+}
+
+std::optional<double> scale_arg(Context& c, size_t i) {
+  if (i >= c.args.size() || !c.args.has(i)) return std::nullopt;
+  return c.args.double_(i);
+}
+
+// Nearest source indices, computed as PyTorch does (in float).
+std::vector<int64_t> nearest_indices(int64_t in, int64_t out, std::optional<double> scale, bool exact) {
+  const float s = static_cast<float>(scale && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / out);
+  std::vector<int64_t> idx(out);
+  for (int64_t i = 0; i < out; ++i) {
+    const float src = exact ? std::floor((static_cast<float>(i) + 0.5f) * s) : std::floor(static_cast<float>(i) * s);
+    idx[i] = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
+  }
+  return idx;
+}
+
+Value take_along(Builder& b, Value x, int64_t d, const std::vector<int64_t>& idx) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  Builder::GatherDims dn;
+  for (int64_t i = 0; i < b.rank(x); ++i) if (i != d) dn.offset_dims.push_back(i);
+  dn.collapsed_slice_dims = {d};
+  dn.start_index_map = {d};
+  dn.index_vector_dim = 1;
+  Dims slice = b.dims(x);
+  slice[d] = 1;
+  Dims out = b.dims(x);
+  out[d] = n;
+  return b.gather(x, b.constant_i64s(idx, {n, 1}), dn, slice, out);
+}
+
+// Adds rows of `g` (along d) into rows idx[i] of a zero tensor with `n` rows.
+Value add_along(Builder& b, Value g, int64_t d, const std::vector<int64_t>& idx, int64_t n) {
+  const int64_t m = static_cast<int64_t>(idx.size());
+  Dims sizes = b.dims(g);
+  sizes[d] = n;
+  Builder::ScatterDims dn;
+  for (int64_t i = 0; i < b.rank(g); ++i) if (i != d) dn.update_window_dims.push_back(i);
+  dn.inserted_window_dims = {d};
+  dn.scatter_dims_to_operand_dims = {d};
+  dn.index_vector_dim = 1;
+  // Updates must list the scatter dim first: move d to the front.
+  Dims perm{d};
+  for (int64_t i = 0; i < b.rank(g); ++i) if (i != d) perm.push_back(i);
+  Value gt = b.transpose(g, perm);
+  dn.update_window_dims.clear();
+  for (int64_t i = 1; i < b.rank(g); ++i) dn.update_window_dims.push_back(i);
+  (void)m;
+  return b.scatter(b.zeros(Type{b.dtype(g), sizes}), b.constant_i64s(idx, {m, 1}), gt, dn,
+                   [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
+}
+
+// upsample_nearest{1,2,3}d(self, output_size, scales...) and _upsample_nearest_exact.
+std::vector<Value> lower_upsample_nearest(Context& c, int64_t nsp, bool exact) {
+  const TensorInfo& in = c.args.info(0);
+  Dims out = c.args.ints(1);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  const int64_t lead = in.dim() - nsp;
+  for (int64_t i = 0; i < nsp; ++i) {
+    x = take_along(b, x, lead + i, nearest_indices(in.sizes[lead + i], out[i], scale_arg(c, 2 + i), exact));
+  }
+  return one(x);
+}
+
+std::vector<Value> lower_upsample_nearest_backward(Context& c, int64_t nsp, bool exact) {
+  // (grad_output, output_size, input_size, scales...)
+  Dims out = c.args.ints(1);
+  Dims in = c.args.ints(2);
+  const at::ScalarType t = c.args.info(0).dtype;
+  Builder& b = c.b;
+  Value g = cast(b, c.args.tensor(0), opmath_type(t));
+  const int64_t lead = static_cast<int64_t>(in.size()) - nsp;
+  for (int64_t i = 0; i < nsp; ++i) {
+    g = add_along(b, g, lead + i, nearest_indices(in[lead + i], out[i], scale_arg(c, 3 + i), exact), in[lead + i]);
+  }
+  return one(cast(b, g, t));
+}
+
+// Linear interpolation taps: (i0, i1, w0, w1) per output index.
+struct Taps {
+  std::vector<int64_t> i0, i1;
+  std::vector<double> w0, w1;
+};
+
+Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool fp64) {
+  const double s = area_scale(in, out, align_corners, scale);
+  Taps t;
+  for (int64_t i = 0; i < out; ++i) {
+    double src;
+    if (fp64) {
+      src = align_corners ? s * i : s * (i + 0.5) - 0.5;
+      if (src < 0) src = 0;
+    } else {
+      const float sf = static_cast<float>(s);
+      float f = align_corners ? sf * static_cast<float>(i) : sf * (static_cast<float>(i) + 0.5f) - 0.5f;
+      if (f < 0) f = 0;
+      src = f;
+    }
+    const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
+    const int64_t i1 = i0 < in - 1 ? i0 + 1 : i0;
+    const double l1 = fp64 ? src - i0 : static_cast<double>(static_cast<float>(src) - static_cast<float>(i0));
+    t.i0.push_back(i0);
+    t.i1.push_back(i1);
+    t.w1.push_back(l1);
+    t.w0.push_back(fp64 ? 1.0 - l1 : static_cast<double>(1.0f - static_cast<float>(l1)));
+  }
+  return t;
+}
+
+Value weights_along(Builder& b, const std::vector<double>& w, const Dims& shape, int64_t d, DType dt) {
+  return b.broadcast_in_dim(b.constant_floats(w, {static_cast<int64_t>(w.size())}, dt), shape, {d});
+}
+
+// upsample_{linear1d, bilinear2d, trilinear3d}(self, output_size, align_corners, scales...)
+std::vector<Value> lower_upsample_linear(Context& c, int64_t nsp) {
+  const TensorInfo& in = c.args.info(0);
+  Dims out = c.args.ints(1);
+  const bool align = c.args.bool_(2);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x = b.convert(c.args.tensor(0), ct);
+  const int64_t lead = in.dim() - nsp;
+  for (int64_t i = 0; i < nsp; ++i) {
+    const int64_t d = lead + i;
+    Taps tp = linear_taps(in.sizes[d], out[i], align, scale_arg(c, 3 + i), t == at::kDouble);
+    Value a = take_along(b, x, d, tp.i0), z = take_along(b, x, d, tp.i1);
+    const Dims& shape = b.dims(a);
+    x = b.add(b.mul(a, weights_along(b, tp.w0, shape, d, ct)), b.mul(z, weights_along(b, tp.w1, shape, d, ct)));
+  }
+  return one(cast(b, x, t));
+}
+
+std::vector<Value> lower_upsample_linear_backward(Context& c, int64_t nsp) {
+  // (grad_output, output_size, input_size, align_corners, scales...)
+  Dims out = c.args.ints(1);
+  Dims in = c.args.ints(2);
+  const bool align = c.args.bool_(3);
+  const at::ScalarType t = c.args.info(0).dtype;
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  Value g = b.convert(c.args.tensor(0), ct);
+  const int64_t lead = static_cast<int64_t>(in.size()) - nsp;
+  for (int64_t i = nsp - 1; i >= 0; --i) {
+    const int64_t d = lead + i;
+    Taps tp = linear_taps(in[d], out[i], align, scale_arg(c, 4 + i), t == at::kDouble);
+    const Dims& shape = b.dims(g);
+    Value g0 = b.mul(g, weights_along(b, tp.w0, shape, d, ct));
+    Value g1 = b.mul(g, weights_along(b, tp.w1, shape, d, ct));
+    g = b.add(add_along(b, g0, d, tp.i0, in[d]), add_along(b, g1, d, tp.i1, in[d]));
+  }
+  return one(cast(b, g, t));
+}
+
+// native_dropout_backward(grad_output, mask, scale)
+std::vector<Value> lower_dropout_backward(Context& c) {
+  const at::ScalarType t = c.args.info(0).dtype;
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value m = b.convert(c.args.tensor(1), ct);
+  Value s = b.full(c.args.double_(2), ct, b.dims(g));
+  return one(cast(b, b.mul(b.mul(g, m), s), t));
+}
+
+}  // namespace
+
+TPU_LOWERINGS(nn) {
+  reg("aten::max_pool2d_with_indices", [](Context& c) { return lower_max_pool(c, 2); });
+  reg("aten::max_pool3d_with_indices", [](Context& c) { return lower_max_pool(c, 3); });
+  // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
+  reg("aten::max_pool2d_with_indices_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 7); });
+  reg("aten::max_pool3d_with_indices_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 7); });
+  reg("aten::avg_pool2d", [](Context& c) { return lower_avg_pool(c, 2); });
+  reg("aten::avg_pool3d", [](Context& c) { return lower_avg_pool(c, 3); });
+  reg("aten::avg_pool2d_backward", [](Context& c) { return lower_avg_pool_backward(c, 2); });
+  reg("aten::avg_pool3d_backward", [](Context& c) { return lower_avg_pool_backward(c, 3); });
+  reg("aten::_adaptive_avg_pool2d", [](Context& c) { return lower_adaptive_avg(c, 2); });
+  reg("aten::_adaptive_avg_pool3d", [](Context& c) { return lower_adaptive_avg(c, 3); });
+  reg("aten::_adaptive_avg_pool2d_backward", [](Context& c) { return lower_adaptive_avg_backward(c, 2); });
+  reg("aten::_adaptive_avg_pool3d_backward", [](Context& c) { return lower_adaptive_avg_backward(c, 3); });
+  reg("aten::adaptive_max_pool2d", [](Context& c) { return lower_adaptive_max(c, 2); });
+  reg("aten::adaptive_max_pool3d", [](Context& c) { return lower_adaptive_max(c, 3); });
+  // (grad_output, self, indices)
+  reg("aten::adaptive_max_pool2d_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 2); });
+  reg("aten::adaptive_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 2); });
+
+  reg("aten::native_layer_norm", lower_layer_norm);
+  reg("aten::native_layer_norm_backward", lower_layer_norm_backward);
+  reg("aten::native_group_norm", lower_group_norm);
+  reg("aten::native_group_norm_backward", lower_group_norm_backward);
+  reg("aten::native_batch_norm", [](Context& c) {
+    return batch_norm(c, 1, 2, 3, 4, c.args.bool_(5), c.args.double_(6), c.args.double_(7));
+  });
+  reg("aten::_native_batch_norm_legit", [](Context& c) {
+    return batch_norm(c, 1, 2, 3, 4, c.args.bool_(5), c.args.double_(6), c.args.double_(7));
+  });
+  reg("aten::_native_batch_norm_legit.no_stats", [](Context& c) {
+    return batch_norm(c, 1, 2, std::nullopt, std::nullopt, c.args.bool_(3), c.args.double_(4), c.args.double_(5));
+  });
+  reg("aten::_native_batch_norm_legit_no_training", [](Context& c) {
+    return batch_norm(c, 1, 2, 3, 4, false, c.args.double_(5), c.args.double_(6));
+  });
+  reg("aten::native_batch_norm_backward", lower_batch_norm_backward);
+
+  reg("aten::nll_loss_forward", lower_nll_loss);
+  reg("aten::nll_loss2d_forward", lower_nll_loss);
+  reg("aten::nll_loss_backward", lower_nll_loss_backward);
+  reg("aten::nll_loss2d_backward", lower_nll_loss_backward);
+  reg("aten::mse_loss", [](Context& c) {
+    return pointwise_loss(c, [](Builder& b, Value x, Value y) { Value d = b.sub(x, y); return b.mul(d, d); });
+  });
+  reg("aten::mse_loss_backward", [](Context& c) {
+    return pointwise_loss_backward(c, [](Builder& b, Value x, Value y) { return b.mul(k(b, 2, x), b.sub(x, y)); });
+  });
+  reg("aten::smooth_l1_loss", [](Context& c) {
+    const double beta = c.args.double_(3);
+    return pointwise_loss(c, [beta](Builder& b, Value x, Value y) {
+      Value d = b.abs(b.sub(x, y));
+      if (beta == 0) return d;
+      return b.select(b.compare(Cmp::LT, d, k(b, beta, d)), b.div(b.mul(k(b, 0.5, d), b.mul(d, d)), k(b, beta, d)),
+                      b.sub(d, k(b, 0.5 * beta, d)));
+    });
+  });
+  reg("aten::smooth_l1_loss_backward", [](Context& c) {
+    const double beta = c.args.double_(4);
+    return pointwise_loss_backward(c, [beta](Builder& b, Value x, Value y) {
+      Value d = b.sub(x, y);
+      Value sign = b.unary("stablehlo.sign", d);
+      if (beta == 0) return sign;
+      return b.select(b.compare(Cmp::LT, b.abs(d), k(b, beta, d)), b.div(d, k(b, beta, d)), sign);
+    });
+  });
+  reg("aten::huber_loss", [](Context& c) {
+    const double delta = c.args.double_(3);
+    return pointwise_loss(c, [delta](Builder& b, Value x, Value y) {
+      Value d = b.abs(b.sub(x, y));
+      return b.select(b.compare(Cmp::LT, d, k(b, delta, d)), b.mul(k(b, 0.5, d), b.mul(d, d)),
+                      b.mul(k(b, delta, d), b.sub(d, k(b, 0.5 * delta, d))));
+    });
+  });
+  reg("aten::huber_loss_backward", [](Context& c) {
+    const double delta = c.args.double_(4);
+    return pointwise_loss_backward(c, [delta](Builder& b, Value x, Value y) {
+      Value d = b.sub(x, y);
+      return b.clamp(k(b, -delta, d), d, k(b, delta, d));
+    });
+  });
+  reg("aten::binary_cross_entropy", lower_bce);
+  reg("aten::binary_cross_entropy_backward", lower_bce_backward);
+
+  reg("aten::upsample_nearest1d", [](Context& c) { return lower_upsample_nearest(c, 1, false); });
+  reg("aten::upsample_nearest2d", [](Context& c) { return lower_upsample_nearest(c, 2, false); });
+  reg("aten::upsample_nearest3d", [](Context& c) { return lower_upsample_nearest(c, 3, false); });
+  reg("aten::_upsample_nearest_exact1d", [](Context& c) { return lower_upsample_nearest(c, 1, true); });
+  reg("aten::_upsample_nearest_exact2d", [](Context& c) { return lower_upsample_nearest(c, 2, true); });
+  reg("aten::_upsample_nearest_exact3d", [](Context& c) { return lower_upsample_nearest(c, 3, true); });
+  reg("aten::upsample_nearest1d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 1, false); });
+  reg("aten::upsample_nearest2d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 2, false); });
+  reg("aten::upsample_nearest3d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 3, false); });
+  reg("aten::_upsample_nearest_exact1d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 1, true); });
+  reg("aten::_upsample_nearest_exact2d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 2, true); });
+  reg("aten::_upsample_nearest_exact3d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 3, true); });
+  reg("aten::upsample_linear1d", [](Context& c) { return lower_upsample_linear(c, 1); });
+  reg("aten::upsample_bilinear2d", [](Context& c) { return lower_upsample_linear(c, 2); });
+  reg("aten::upsample_trilinear3d", [](Context& c) { return lower_upsample_linear(c, 3); });
+  reg("aten::upsample_linear1d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 1); });
+  reg("aten::upsample_bilinear2d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 2); });
+  reg("aten::upsample_trilinear3d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 3); });
+  reg("aten::native_dropout_backward", lower_dropout_backward);
+}
+
+}  // namespace tpu::lowering

@@ -1,0 +1,41 @@
+"""Builds the C++ extension with CMake against the installed torch.
+
+Install with `pip install --no-build-isolation -e .`: an isolated build would
+download a second (CUDA) torch. The CMake build directory (./build, or
+TORCH_TPU_BUILD_DIR) is kept between builds, so rebuilding is incremental.
+"""
+
+import os
+import shutil
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import torch
+
+        build_dir = os.environ.get("TORCH_TPU_BUILD_DIR", os.path.join(ROOT, "build"))
+        os.makedirs(build_dir, exist_ok=True)
+        if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+            subprocess.check_call(
+                ["cmake", ROOT, *generator, "-DCMAKE_BUILD_TYPE=Release",
+                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}"],
+                cwd=build_dir,
+            )
+        jobs = os.environ.get("TORCH_TPU_BUILD_JOBS", str(os.cpu_count() or 2))
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", "torch_tpu", "-j", jobs])
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copy2(os.path.join(build_dir, "libtorch_tpu.so"), dest)
+
+
+setup(
+    ext_modules=[Extension("torch_tpu.lib.libtorch_tpu", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+)

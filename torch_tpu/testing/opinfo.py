@@ -1,0 +1,551 @@
+"""Conformance of the ``tpu`` device against PyTorch's OpInfo database.
+
+Every sample of every OpInfo (``op_db``, shipped inside the torch wheel) runs
+on ``tpu`` and on the CPU; results are compared, and for differentiable ops so
+are the gradients. The report says per op and dtype how many samples passed,
+gave a wrong value, raised, or hit a missing lowering, with the first error.
+
+    python -m torch_tpu.testing.opinfo                 # every op, report in reports/
+    python -m torch_tpu.testing.opinfo --subset ci     # the CI subset
+    python -m torch_tpu.testing.opinfo --ops add,mm -v # a few ops, verbose
+
+Each group of ops runs in a child process, so that a crash costs one group
+(which is then rerun op by op to name the culprit) and never the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+DTYPES = ("float32", "bfloat16", "int64", "bool")
+
+# Ops whose values are random or uninitialized: only shapes and dtypes compare.
+NONDETERMINISTIC = {
+    "bernoulli", "normal", "normal.number_mean", "normal.in_place", "rand_like", "randn_like",
+    "randint_like", "randint", "multinomial", "uniform", "cauchy", "exponential", "geometric",
+    "log_normal", "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+    "empty_permuted", "nn.functional.dropout", "nn.functional.dropout2d",
+    "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu", "randn", "rand", "torch.rand", "torch.randn", "randperm",
+}
+
+# A fixed set that runs in CI: the core of what eager programs use.
+CI_SUBSET = [
+    "abs", "add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh",
+    "sin", "cos", "pow", "clamp", "where", "eq", "ne", "lt", "ge", "maximum", "minimum",
+    "sum", "mean", "prod", "amax", "amin", "argmax", "var", "std", "logsumexp", "cumsum",
+    "softmax", "log_softmax", "mm", "bmm", "addmm", "matmul", "cat", "stack", "flip",
+    "transpose", "permute", "reshape", "view", "expand", "squeeze", "unsqueeze", "narrow",
+    "index_select", "gather", "scatter_add", "masked_fill", "sort", "topk", "tril", "triu",
+    "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.layer_norm",
+    "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.embedding",
+    "nn.functional.cross_entropy", "nn.functional.scaled_dot_product_attention",
+    "nn.functional.pad", "nonzero", "any", "all", "floor_divide", "remainder",
+]
+
+
+@dataclass
+class Tally:
+    passed: int = 0
+    wrong: int = 0          # ran, but a value differed from the CPU
+    errors: int = 0         # raised on tpu where the CPU did not
+    unsupported: int = 0    # NotImplementedError (no lowering)
+    skipped: int = 0        # the CPU itself raised, or nothing to compare
+    first_error: str = ""
+    first_wrong: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.wrong + self.errors + self.unsupported
+
+    @property
+    def ok(self) -> bool:
+        return self.total > 0 and self.passed == self.total
+
+
+@dataclass
+class OpResult:
+    op: str
+    forward: dict = field(default_factory=dict)    # dtype -> Tally
+    backward: dict = field(default_factory=dict)   # dtype -> Tally
+    seconds: float = 0.0
+    crashed: bool = False
+
+
+# ---------------------------------------------------------------------------------
+# Running one op (in the child process)
+# ---------------------------------------------------------------------------------
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout("timed out")
+
+
+def _tolerances(dtype):
+    import torch
+
+    if dtype in (torch.bfloat16,):
+        return dict(rtol=2e-2, atol=2e-2)
+    if dtype in (torch.float16,):
+        return dict(rtol=2e-3, atol=2e-3)
+    if dtype in (torch.float32, torch.complex64):
+        return dict(rtol=1e-4, atol=1e-5)
+    if dtype in (torch.float64, torch.complex128):
+        return dict(rtol=1e-7, atol=1e-7)
+    return dict(rtol=0, atol=0)
+
+
+class _Call:
+    """A sample's (input, args, kwargs) moved to a device."""
+
+    def __init__(self, sample, device):
+        self.input, self.args, self.kwargs = _to((sample.input, tuple(sample.args), dict(sample.kwargs)), device)
+
+
+def _to(obj, device):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            y = x.detach().to(device)
+            if x.requires_grad:
+                y.requires_grad_(True)
+            return y
+        if isinstance(x, torch.device) and x.type == "cpu":
+            return torch.device(device)
+        return x
+
+    return tree_map(move, obj)
+
+
+def _compare(cpu, tpu, dtype, values: bool) -> str | None:
+    """None when equal, else a description of the first difference."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    a, _ = tree_flatten(cpu)
+    b, _ = tree_flatten(tpu)
+    if len(a) != len(b):
+        return f"{len(b)} outputs, expected {len(a)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if isinstance(x, torch.Tensor):
+            if not isinstance(y, torch.Tensor):
+                return f"output {i}: got {type(y).__name__}, expected a tensor"
+            y = y.detach().cpu()
+            x = x.detach()
+            if x.shape != y.shape:
+                return f"output {i}: shape {tuple(y.shape)}, expected {tuple(x.shape)}"
+            if x.dtype != y.dtype:
+                return f"output {i}: dtype {y.dtype}, expected {x.dtype}"
+            if not values:
+                continue
+            try:
+                torch.testing.assert_close(y, x, equal_nan=True, check_stride=False,
+                                           **_tolerances(x.dtype))
+            except AssertionError as e:
+                lines = [l for l in str(e).splitlines() if l.strip()]
+                return f"output {i}: " + " | ".join(lines[:4])
+        elif isinstance(x, float) and isinstance(y, float):
+            if not (x == y or (math.isnan(x) and math.isnan(y)) or abs(x - y) <= 1e-5 * max(1, abs(x))):
+                return f"output {i}: {y} != {x}"
+        elif values and x != y and not (isinstance(x, torch.dtype) or x is None):
+            return f"output {i}: {y!r} != {x!r}"
+    return None
+
+
+def _describe(sample) -> str:
+    import torch
+
+    def d(x):
+        if isinstance(x, torch.Tensor):
+            return f"T{tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}"
+        if isinstance(x, (list, tuple)):
+            return "[" + ", ".join(d(e) for e in x) + "]"
+        return repr(x)
+
+    args = [d(sample.input)] + [d(a) for a in sample.args]
+    args += [f"{k}={d(v)}" for k, v in sample.kwargs.items()]
+    return "(" + ", ".join(args)[:300] + ")"
+
+
+def _record_failure(tally: Tally, kind: str, msg: str) -> None:
+    if kind == "wrong":
+        tally.wrong += 1
+        if not tally.first_wrong:
+            tally.first_wrong = msg[:600]
+    elif kind == "unsupported":
+        tally.unsupported += 1
+        if not tally.first_error:
+            tally.first_error = msg[:600]
+    else:
+        tally.errors += 1
+        if not tally.first_error:
+            tally.first_error = msg[:600]
+
+
+def _classify(exc: BaseException) -> str:
+    return "unsupported" if isinstance(exc, NotImplementedError) else "error"
+
+
+def _forward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
+    import torch
+
+    values = op.name not in NONDETERMINISTIC
+    try:
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+    except Exception as e:  # noqa: BLE001
+        tally.skipped += 1
+        return
+    for sample in samples[:max_samples]:
+        torch.manual_seed(0)
+        try:
+            expected = op(sample.input, *sample.args, **sample.kwargs)
+        except Exception:  # noqa: BLE001
+            tally.skipped += 1
+            continue
+        t = _Call(sample, "tpu")
+        try:
+            got = op(t.input, *t.args, **t.kwargs)
+            _check_on_tpu(got)
+            got = _to(got, "cpu")
+        except _Timeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            _record_failure(tally, _classify(e), f"{_describe(sample)}: {type(e).__name__}: {e}")
+            if verbose:
+                print(f"  {op.name} {dtype}: {_describe(sample)}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        diff = _compare(expected, got, dtype, values)
+        if diff is None:
+            tally.passed += 1
+        else:
+            _record_failure(tally, "wrong", f"{_describe(sample)}: {diff}")
+            if verbose:
+                print(f"  {op.name} {dtype}: WRONG {_describe(sample)}: {diff}")
+
+
+def _check_on_tpu(out) -> None:
+    """Tensor results must live on the tpu device: a CPU result means the op
+    never ran there (a harness or registration bug), which must not pass."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    for o in tree_flatten(out)[0]:
+        if isinstance(o, torch.Tensor) and o.device.type != "tpu":
+            raise RuntimeError(f"harness: a result is on {o.device}, not on tpu")
+
+
+def _differentiable_outputs(out):
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    flat, _ = tree_flatten(out)
+    return [o for o in flat if isinstance(o, torch.Tensor) and o.requires_grad and
+            (o.dtype.is_floating_point or o.dtype.is_complex)]
+
+
+def _grads(op, sample, device):
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    s = _Call(sample, device)
+    inputs = [x for x in tree_flatten((s.input, s.args, s.kwargs))[0]
+              if isinstance(x, torch.Tensor) and x.requires_grad]
+    out = op(s.input, *s.args, **s.kwargs)
+    if device != "cpu":
+        _check_on_tpu(out)
+    outs = _differentiable_outputs(out)
+    if not outs or not inputs:
+        return None
+    gen = torch.Generator().manual_seed(1234)
+    grads_out = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(device) for o in outs]
+    grads = torch.autograd.grad(outs, inputs, grads_out, allow_unused=True)
+    return [g.detach().cpu() if g is not None else None for g in grads]
+
+
+def _backward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
+    import torch
+
+    try:
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=True))
+    except Exception:  # noqa: BLE001
+        tally.skipped += 1
+        return
+    for sample in samples[:max_samples]:
+        torch.manual_seed(0)
+        try:
+            expected = _grads(op, sample, "cpu")
+        except Exception:  # noqa: BLE001
+            tally.skipped += 1
+            continue
+        if expected is None:
+            tally.skipped += 1
+            continue
+        try:
+            got = _grads(op, sample, "tpu")
+        except _Timeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            _record_failure(tally, _classify(e), f"{_describe(sample)}: {type(e).__name__}: {e}")
+            if verbose:
+                print(f"  {op.name} {dtype} backward: {_describe(sample)}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        exp = [g for g in expected]
+        diff = None
+        if got is None or len(got) != len(exp):
+            diff = "different number of gradients"
+        else:
+            for i, (a, b) in enumerate(zip(exp, got)):
+                if (a is None) != (b is None):
+                    # An unused input may get None on one side and zeros on the other.
+                    other = a if a is not None else b
+                    if other is not None and bool(torch.all(other == 0)):
+                        continue
+                    diff = f"gradient {i}: None on one side"
+                    break
+                if a is not None:
+                    diff = _compare(a, b, dtype, True)
+                    if diff:
+                        diff = f"gradient {i}: {diff}"
+                        break
+        if diff is None:
+            tally.passed += 1
+        else:
+            _record_failure(tally, "wrong", f"{_describe(sample)}: {diff}")
+            if verbose:
+                print(f"  {op.name} {dtype} backward: WRONG {_describe(sample)}: {diff}")
+
+
+def _op_key(op) -> str:
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def run_ops(keys: list[str], dtypes, max_samples: int, timeout: int, verbose: bool,
+            fallback: bool) -> list[OpResult]:
+    import torch
+    import torch_tpu
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    torch_tpu.set_cpu_fallback(fallback)
+    by_key = {_op_key(o): o for o in op_db}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    results = []
+    for key in keys:
+        op = by_key[key]
+        res = OpResult(op=key)
+        t0 = time.time()
+        supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
+        try:
+            signal.alarm(timeout)
+            for name in dtypes:
+                if name not in supported:
+                    continue
+                dtype = getattr(torch, name)
+                tally = Tally()
+                _forward(op, dtype, tally, max_samples, verbose)
+                res.forward[name] = asdict(tally)
+                if op.supports_autograd and name == "float32" and op.name not in NONDETERMINISTIC:
+                    btally = Tally()
+                    _backward(op, dtype, btally, max_samples, verbose)
+                    res.backward[name] = asdict(btally)
+        except _Timeout:
+            for name in dtypes:
+                res.forward.setdefault(name, asdict(Tally(errors=1, first_error="timed out")))
+        finally:
+            signal.alarm(0)
+        res.seconds = round(time.time() - t0, 2)
+        results.append(res)
+        if verbose:
+            print(f"{key}: {json.dumps(res.forward)} backward {json.dumps(res.backward)}", flush=True)
+    return results
+
+
+# ---------------------------------------------------------------------------------
+# The driver (parent process)
+# ---------------------------------------------------------------------------------
+
+
+def _all_keys() -> list[str]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return [_op_key(o) for o in op_db]
+
+
+def _core_names() -> set[str]:
+    import torch
+
+    names = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::"):
+            continue
+        base, _, overload = full[6:].partition(".")
+        try:
+            opo = getattr(getattr(torch.ops.aten, base), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if torch.Tag.core in opo.tags:
+            names.add(base)
+    return names
+
+
+def _child(keys, args, fallback: bool) -> list[dict] | None:
+    cmd = [sys.executable, "-m", "torch_tpu.testing.opinfo", "--child", ",".join(keys),
+           "--max-samples", str(args.max_samples), "--timeout", str(args.timeout),
+           "--dtypes", ",".join(args.dtypes)]
+    if fallback:
+        cmd.append("--fallback")
+    if args.verbose:
+        cmd.append("-v")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if args.verbose else subprocess.DEVNULL,
+                          text=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULTS "):
+            return json.loads(line[len("RESULTS "):])
+    if args.verbose:
+        print(proc.stdout[-2000:])
+    return None
+
+
+def _run_groups(keys, args, fallback: bool) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for i in range(0, len(keys), args.group):
+        group = keys[i:i + args.group]
+        res = _child(group, args, fallback)
+        if res is None:  # a crash: find the culprit(s) op by op
+            res = []
+            for k in group:
+                r = _child([k], args, fallback)
+                res.extend(r if r is not None else [asdict(OpResult(op=k, crashed=True))])
+        for r in res:
+            out[r["op"]] = r
+        print(f"[opinfo] {min(i + args.group, len(keys))}/{len(keys)} ops", flush=True)
+    return out
+
+
+def _status(r: dict, dtype: str, which: str = "forward") -> str:
+    if r.get("crashed"):
+        return "crashed"
+    t = r.get(which, {}).get(dtype)
+    if t is None:
+        return "n/a"
+    total = t["passed"] + t["wrong"] + t["errors"] + t["unsupported"]
+    if total == 0:
+        return "n/a"
+    if t["wrong"]:
+        return "wrong"
+    if t["passed"] == total:
+        return "pass"
+    if t["unsupported"] and not t["errors"]:
+        return "unsupported"
+    return "error"
+
+
+def summarize(results: dict[str, dict], core: set[str], fallback_results: dict[str, dict]) -> dict:
+    def base(key: str) -> str:
+        name = key.split(".")[0]
+        return name
+
+    def rate(keys, dtype, which="forward"):
+        st = [_status(results[k], dtype, which) for k in keys]
+        applicable = [s for s in st if s != "n/a"]
+        ok = sum(1 for s in applicable if s == "pass")
+        return {"pass": ok, "of": len(applicable),
+                "percent": round(100.0 * ok / len(applicable), 1) if applicable else 0.0}
+
+    keys = sorted(results)
+    core_keys = [k for k in keys if base(k) in core]
+    summary = {
+        "ops": len(keys),
+        "core_ops": len(core_keys),
+        "float32_forward_core": rate(core_keys, "float32"),
+        "float32_forward_all": rate(keys, "float32"),
+        "float32_backward_core": rate(core_keys, "float32", "backward"),
+        "float32_backward_all": rate(keys, "float32", "backward"),
+    }
+    for d in DTYPES:
+        summary[f"{d}_forward_all"] = rate(keys, d)
+    summary["wrong_value_ops"] = sorted(
+        k for k in keys if any(_status(results[k], d, w) == "wrong"
+                               for d in DTYPES for w in ("forward", "backward")))
+    summary["crashed_ops"] = sorted(k for k in keys if results[k].get("crashed"))
+    if fallback_results:
+        only = [k for k, r in fallback_results.items()
+                if _status(results[k], "float32") != "pass" and _status(r, "float32") == "pass"]
+        summary["float32_pass_only_with_cpu_fallback"] = sorted(only)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--subset", choices=["all", "ci", "core"], default="all")
+    p.add_argument("--ops", default="", help="comma-separated OpInfo names (name or name.variant)")
+    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--max-samples", type=int, default=1000)
+    p.add_argument("--timeout", type=int, default=300, help="seconds per op")
+    p.add_argument("--group", type=int, default=40, help="ops per child process")
+    p.add_argument("--report", default="reports/opinfo.json")
+    p.add_argument("--no-fallback-pass", action="store_true",
+                   help="skip rerunning failing ops with the CPU fallback")
+    p.add_argument("--fallback", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    args.dtypes = [d for d in args.dtypes.split(",") if d]
+
+    if args.child is not None:
+        res = run_ops(args.child.split(","), args.dtypes, args.max_samples, args.timeout,
+                      args.verbose, args.fallback)
+        print("RESULTS " + json.dumps([asdict(r) for r in res]), flush=True)
+        return 0
+
+    keys = _all_keys()
+    if args.ops:
+        want = set(args.ops.split(","))
+        keys = [k for k in keys if k in want or k.split(".")[0] in want]
+    elif args.subset == "ci":
+        keys = [k for k in keys if k in CI_SUBSET]
+    elif args.subset == "core":
+        core = _core_names()
+        keys = [k for k in keys if k.split(".")[0] in core]
+    t0 = time.time()
+    results = _run_groups(keys, args, fallback=False)
+    fallback_results: dict[str, dict] = {}
+    if not args.no_fallback_pass:
+        failing = [k for k in keys if _status(results[k], "float32") in ("unsupported", "error")]
+        if failing:
+            fb_args = argparse.Namespace(**{**vars(args), "dtypes": ["float32"]})
+            fallback_results = _run_groups(failing, fb_args, fallback=True)
+    summary = summarize(results, _core_names(), fallback_results)
+    summary["seconds"] = round(time.time() - t0, 1)
+    report = {"summary": summary, "ops": results}
+    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+    with open(args.report, "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+    s = summary
+    print(
+        f"opinfo: {s['ops']} ops ({s['core_ops']} core) | float32 forward: core "
+        f"{s['float32_forward_core']['percent']}%, all {s['float32_forward_all']['percent']}% | "
+        f"float32 backward: core {s['float32_backward_core']['percent']}% | "
+        f"bfloat16 {s['bfloat16_forward_all']['percent']}% | int64 {s['int64_forward_all']['percent']}% | "
+        f"wrong-value ops: {len(s['wrong_value_ops'])} | crashed: {len(s['crashed_ops'])} | "
+        f"report: {args.report}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
