@@ -359,6 +359,15 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   const int device = op_device(args);
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      const bool ok = is_tpu(t) ? (t.device().has_index() ? t.device().index() : 0) == device
+                                : t.device().is_cpu() && t.dim() == 0;
+      TORCH_CHECK(ok, "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                  device, " and ", t.device(), "! (", op.operator_name(), ")");
+    });
+  }
 
   EagerProgram p(device);
   std::optional<at::ScalarType> out_dtype;
@@ -372,13 +381,17 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<Value> results;
   try {
     results = e.fn(ctx);
-  } catch (const c10::NotImplementedError& err) {
+  } catch (const lowering::Unsupported& err) {
     if (cpu_fallback_enabled()) return run_cpu_fallback(op, stack);
-    run_on_meta(op, args);  // PyTorch's error for invalid arguments comes first
     TORCH_CHECK_NOT_IMPLEMENTED(false, err.msg(), " ", fallback_hint());
   } catch (const c10::Error&) {
+    throw;  // the lowering's own check, worded like PyTorch's CPU kernels
+  } catch (const std::logic_error& err) {
+    // A builder check failed: invalid arguments the lowering did not catch
+    // get PyTorch's error from the meta kernel; otherwise it is our bug.
     run_on_meta(op, args);
-    throw;
+    TORCH_CHECK(false, "torch_tpu internal error while lowering ", e.functional, ": ", err.what(),
+                ". Please report this; meanwhile torch_tpu.set_cpu_fallback(True) runs the op on the CPU.");
   }
 
   std::vector<Value> outputs;

@@ -411,7 +411,14 @@ Value Builder::clamp(Value lo, Value x, Value hi) {
 }
 
 Value Builder::convert(Value x, DType to) {
-  if (dtype(x) == to) return x;
+  const DType from = dtype(x);
+  if (from == to) return x;
+  // Float to narrow or unsigned integers: through a wide signed integer, so
+  // that values wrap as C++ casts do on the host instead of saturating.
+  if (is_float(from) && is_int(to) && to != DType::I32 && to != DType::I64) {
+    const DType wide = (to == DType::U32 || to == DType::U64) ? DType::I64 : DType::I32;
+    x = emit1("stablehlo.convert", {x}, Type{wide, dims(x)});
+  }
   return emit1("stablehlo.convert", {x}, Type{to, dims(x)});
 }
 

@@ -82,7 +82,8 @@ int64_t count_over(const Dims& sizes, const Dims& dims) {
 Value splat(Builder& b, Value x, const Dims& dims) { return b.broadcast_to(x, dims); }
 
 void unsupported(Context& c, const std::string& what) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, c.op, " on the tpu device does not support ", what, ".");
+  throw Unsupported(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    std::string(c.op) + " on the tpu device does not support " + what + ".");
 }
 
 }  // namespace tpu::lowering

@@ -162,7 +162,7 @@ std::vector<Value> divide(Context& c, const std::string& mode) {
   Value d = operand(c, 1, compute, shape);
   Value q;
   if (is_integral(common)) {
-    TORCH_CHECK(common != at::kBool, "\"div_", mode, "\" not implemented for 'Bool'");
+    TORCH_CHECK_NOT_IMPLEMENTED(common != at::kBool, "\"div_", mode, "_cpu\" not implemented for 'Bool'");
     q = mode == "trunc" ? b.div(a, d) : floor_div_int(b, a, d);
   } else {
     q = mode == "trunc" ? trunc_float(b, b.div(a, d)) : floor_div_float(b, a, d);
@@ -341,20 +341,20 @@ std::vector<Value> lower_logical_not(Context& c) {
 
 std::vector<Value> lower_bitwise(Context& c, std::string_view op) {
   Promoted p = promote2(c, 0, 1, false);
-  TORCH_CHECK(is_integral(p.type), "\"bitwise_", op.substr(10), "_cpu\" not implemented for '",
+  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type), "\"bitwise_", op.substr(10), "_cpu\" not implemented for '",
               c10::toString(p.type), "'");
   return one(c.b.binary(op, p.a, p.b));
 }
 
 std::vector<Value> lower_bitwise_not(Context& c) {
   const at::ScalarType t = c.args.info(0).dtype;
-  TORCH_CHECK(is_integral(t), "\"bitwise_not_cpu\" not implemented for '", c10::toString(t), "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(t), "\"bitwise_not_cpu\" not implemented for '", c10::toString(t), "'");
   return one(c.b.not_(c.args.tensor(0)));
 }
 
 std::vector<Value> lower_shift(Context& c, bool left) {
   Promoted p = promote2(c, 0, 1, false);
-  TORCH_CHECK(is_integral(p.type) && p.type != at::kBool, "\"", left ? "lshift" : "rshift",
+  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type) && p.type != at::kBool, "\"", left ? "lshift" : "rshift",
               "_cpu\" not implemented for '", c10::toString(p.type), "'");
   Builder& b = c.b;
   const DType dt = to_hlo(p.type);

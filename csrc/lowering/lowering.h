@@ -112,6 +112,14 @@ class Args {
   bool has(size_t i) const { return i < size() && !is_none(i); }
 };
 
+// Raised by a lowering for a case it does not handle (a dtype, an argument
+// combination): the op can still run through the CPU fallback. Other
+// c10::NotImplementedErrors are PyTorch's own ("not implemented for 'Bool'").
+class Unsupported : public c10::NotImplementedError {
+ public:
+  using c10::NotImplementedError::NotImplementedError;
+};
+
 // How precisely float32 matmuls and convolutions are computed
 // (torch.set_float32_matmul_precision).
 enum class MatmulPrecision { Highest, High, Medium };

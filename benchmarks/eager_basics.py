@@ -1,0 +1,108 @@
+"""Eager basics on the tpu device, measured side by side with CPU PyTorch.
+
+    python benchmarks/eager_basics.py [--repeats 7]
+
+Prints medians over repeats and the ratio tpu / CPU (below 1: tpu faster):
+  - small-op latency: `x + 1` on a 16x16 tensor, asynchronous dispatch
+    (1000 ops, one synchronize) and round trip (synchronize after each op);
+  - float32 matmul at 512x512 and 2048x2048;
+  - compiling an op for the first time vs. finding it in the cache.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import torch_tpu
+
+
+def median_seconds(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def small_op(device, n, sync_each):
+    x = torch.randn(16, 16, device=device)
+
+    def run():
+        y = x
+        for _ in range(n):
+            y = x + 1
+            if sync_each and device != "cpu":
+                torch.tpu.synchronize()
+        if device != "cpu":
+            torch.tpu.synchronize()
+        return y
+
+    run()  # warm up (compile)
+    return run
+
+
+def matmul(device, size, n):
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+
+    def run():
+        for _ in range(n):
+            c = a @ b
+        if device != "cpu":
+            torch.tpu.synchronize()
+        return c
+
+    run()
+    return run
+
+
+def compile_vs_hit():
+    # A shape no other code uses, so the first call compiles.
+    shape = (37, 53)
+    x = torch.randn(shape, device="tpu")
+    torch_tpu.clear_cache()
+    t0 = time.perf_counter()
+    (x * 3 - 1).cpu()
+    cold = time.perf_counter() - t0
+    hits = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        (x * 3 - 1).cpu()
+        hits.append(time.perf_counter() - t0)
+    return cold, statistics.median(hits)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args()
+    r = args.repeats
+    info = torch_tpu.plugin_info()
+    print(f"# torch {torch.__version__}, tpu = {info['platform']} PJRT plugin (API {info['pjrt_api_version']}), "
+          f"{torch.get_num_threads()} CPU threads")
+    print(f"{'benchmark':44s} {'tpu':>12s} {'cpu':>12s} {'tpu/cpu':>8s}")
+
+    def row(name, t_tpu, t_cpu, unit="us", scale=1e6):
+        print(f"{name:44s} {t_tpu * scale:10.1f}{unit} {t_cpu * scale:10.1f}{unit} {t_tpu / t_cpu:8.2f}")
+
+    n = 1000
+    row("x + 1, 16x16, async dispatch (per op)", median_seconds(small_op("tpu", n, False), r) / n,
+        median_seconds(small_op("cpu", n, False), r) / n)
+    n = 200
+    row("x + 1, 16x16, round trip (per op)", median_seconds(small_op("tpu", n, True), r) / n,
+        median_seconds(small_op("cpu", n, True), r) / n)
+    row("matmul 512x512 f32 (per op)", median_seconds(matmul("tpu", 512, 10), r) / 10,
+        median_seconds(matmul("cpu", 512, 10), r) / 10, "ms", 1e3)
+    row("matmul 2048x2048 f32 (per op)", median_seconds(matmul("tpu", 2048, 2), max(3, r // 2)) / 2,
+        median_seconds(matmul("cpu", 2048, 2), max(3, r // 2)) / 2, "ms", 1e3)
+    colds, hits = zip(*(compile_vs_hit() for _ in range(max(3, r // 2))))
+    cold, hit = statistics.median(colds), statistics.median(hits)
+    print(f"{'x * 3 - 1, 37x53: cold compile vs cache hit':44s} {cold * 1e3:10.1f}ms {hit * 1e3:10.3f}ms "
+          f"{cold / hit:8.0f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""The tpu device: registration, torch.tpu, generated methods, seeding."""
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.api import tpu_device
+
+
+def test_device_is_registered_as_tpu():
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    t = torch.ones(2, device="tpu")
+    assert t.device.type == "tpu" and t.device.index == 0
+    assert t.is_tpu
+
+
+def test_torch_tpu_module():
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() >= 1
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device(0)
+    assert isinstance(torch.tpu.get_device_name(), str) and torch.tpu.get_device_name()
+    torch.tpu.synchronize()
+    assert torch.tpu.is_initialized()
+    props = torch.tpu.get_device_properties(0)
+    assert props.pjrt_api_version.startswith("0.")
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.tpu.set_device(99)
+
+
+def test_api_tpu_device():
+    assert tpu_device() == torch.device("tpu", 0)
+    assert tpu_device(0) == torch.device("tpu:0")
+
+
+def test_plugin_info():
+    info = torch_tpu.plugin_info()
+    assert info["pjrt_api_version"].split(".")[0] == "0"
+    assert info["path"].endswith(".so")
+
+
+def test_generated_methods():
+    x = torch.arange(4.0)
+    assert x.tpu().device.type == "tpu"
+    m = torch.nn.Linear(3, 2).tpu()
+    assert m.weight.device.type == "tpu"
+    s = torch.tensor([1.0, 2.0]).tpu().untyped_storage()
+    assert s.device.type == "tpu" and s.nbytes() == 8
+
+
+def test_manual_seed_reproduces():
+    torch.tpu.manual_seed(123)
+    a = torch.rand(16, device="tpu").cpu()
+    torch.tpu.manual_seed(123)
+    b = torch.rand(16, device="tpu").cpu()
+    assert torch.equal(a, b)
+    torch.manual_seed(7)  # also seeds the tpu generators
+    c = torch.rand(16, device="tpu").cpu()
+    torch.manual_seed(7)
+    assert torch.equal(c, torch.rand(16, device="tpu").cpu())
+    assert not torch.equal(a, c)
+    assert torch.tpu.initial_seed() == 7
+
+
+def test_rng_state_round_trip():
+    torch.tpu.manual_seed(5)
+    state = torch.tpu.get_rng_state()
+    a = torch.randn(8, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    b = torch.randn(8, device="tpu").cpu()
+    assert torch.equal(a, b)
+    assert state.dtype == torch.uint8 and state.device.type == "cpu"
+
+
+def test_memory_statistics_track_storages():
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    x = torch.empty(1024, 1024, device="tpu")
+    assert torch.tpu.memory_allocated() - before == 4 * 1024 * 1024
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated()
+    del x
+    assert torch.tpu.memory_allocated() == before
+
+
+def test_streams_and_events():
+    s = torch.tpu.current_stream()
+    e = s.record_event()
+    e.synchronize()
+    assert e.query() and s.query()
+    start = torch.tpu.Event(enable_timing=True)
+    end = torch.tpu.Event(enable_timing=True)
+    start.record()
+    torch.ones(10, device="tpu").sum().item()
+    end.record()
+    assert end.elapsed_time(start) <= 0 <= start.elapsed_time(end)
+
+
+def test_data_ptrs_are_distinct_and_not_host_memory():
+    a = torch.empty(100, device="tpu")
+    b = torch.empty(100, device="tpu")
+    assert a.data_ptr() != b.data_ptr()
+    assert a[10:].data_ptr() == a.data_ptr() + 40

@@ -1,0 +1,141 @@
+"""Bad input gets a clear error of PyTorch's own type; nothing crashes and
+no other tensor is touched. Missing lowerings name the op and the fallback."""
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+import torch
+
+import torch_tpu
+from conftest import run_python
+
+CASES = [
+    ("mm shapes", lambda d: torch.mm(torch.ones(2, 3, device=d), torch.ones(4, 5, device=d))),
+    ("broadcast", lambda d: torch.ones(2, 3, device=d) + torch.ones(4, 5, device=d)),
+    ("dim range", lambda d: torch.ones(2, 3, device=d).sum(5)),
+    ("cat sizes", lambda d: torch.cat([torch.ones(2, 3, device=d), torch.ones(2, 4, device=d)])),
+    ("view size", lambda d: torch.ones(6, device=d).view(4, 2)),
+    ("index range", lambda d: torch.ones(3, device=d)[5]),
+    ("bitwise float", lambda d: torch.ones(3, device=d) & torch.ones(3, device=d)),
+    ("mean of ints", lambda d: torch.ones(3, dtype=torch.int64, device=d).mean()),
+    ("in-place cast", lambda d: torch.ones(3, dtype=torch.int64, device=d).add_(0.5)),
+    ("in-place broadcast", lambda d: torch.ones(3, 1, device=d).add_(torch.ones(3, 4, device=d))),
+    ("mm dtypes", lambda d: torch.mm(torch.ones(2, 2, device=d), torch.ones(2, 2, dtype=torch.float64, device=d))),
+    ("neg bool", lambda d: -torch.ones(2, dtype=torch.bool, device=d)),
+    ("fill_ non-scalar", lambda d: torch.ones(3, device=d).fill_(torch.ones(2, device=d))),
+]
+
+
+@pytest.mark.parametrize("name,fn", CASES, ids=[c[0] for c in CASES])
+def test_same_error_type_as_cpu(name, fn):
+    with pytest.raises(Exception) as cpu_err:
+        fn("cpu")
+    keep = torch.arange(4.0, device="tpu")
+    with pytest.raises(Exception) as tpu_err:
+        fn("tpu")
+    assert type(tpu_err.value) is type(cpu_err.value), (tpu_err.value, cpu_err.value)
+    assert torch.equal(keep.cpu(), torch.arange(4.0))  # other tensors are untouched
+
+
+def test_shape_error_message_names_the_shapes():
+    with pytest.raises(RuntimeError, match=r"2x3 and 4x5"):
+        torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(4, 5, device="tpu"))
+
+
+def test_missing_lowering_names_op_and_fallback():
+    x = torch.randn(8, device="tpu")
+    with pytest.raises(NotImplementedError) as e:
+        torch.fft.rfft(x)
+    msg = str(e.value)
+    assert "aten::_fft_r2c" in msg and "tpu" in msg
+    assert "TORCH_TPU_CPU_FALLBACK=1" in msg and "set_cpu_fallback(True)" in msg
+
+
+def test_cpu_fallback_is_opt_in_and_counted():
+    assert not torch_tpu.cpu_fallback_enabled()
+    x = torch.randn(8)
+    torch_tpu.set_cpu_fallback(True)
+    try:
+        before = torch_tpu.cpu_fallback_counts().get("aten::_fft_r2c", 0)
+        y = torch.fft.rfft(x.to("tpu"))
+        assert y.device.type == "tpu"
+        torch.testing.assert_close(y.cpu(), torch.fft.rfft(x))
+        assert torch_tpu.cpu_fallback_counts()["aten::_fft_r2c"] == before + 1
+    finally:
+        torch_tpu.set_cpu_fallback(False)
+    with pytest.raises(NotImplementedError):
+        torch.fft.rfft(x.to("tpu"))
+
+
+def test_cpu_fallback_from_environment():
+    r = run_python(
+        "import torch, torch_tpu\n"
+        "y = torch.fft.rfft(torch.ones(4, device='tpu'))\n"
+        "print(torch_tpu.cpu_fallback_counts())\n",
+        env={"TORCH_TPU_CPU_FALLBACK": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "aten::_fft_r2c" in r.stdout
+
+
+def test_missing_plugin_is_a_clear_error():
+    r = run_python(
+        "import torch, torch_tpu\n"
+        "print(torch.tpu.is_available())\n"
+        "try:\n"
+        "    torch.ones(2, device='tpu')\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR', e)\n",
+        env={"TORCH_TPU_PJRT_PLUGIN": "/nonexistent/plugin.so"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "False" in r.stdout
+    assert "ERROR" in r.stdout and "/nonexistent/plugin.so" in r.stdout and "pip install" in r.stdout
+
+
+def test_not_a_plugin_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "bogus.so"
+    bogus.write_text("not an ELF file")
+    r = run_python(
+        "import torch, torch_tpu\n"
+        "try:\n"
+        "    torch.tpu.init()\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR', e)\n",
+        env={"TORCH_TPU_PJRT_PLUGIN": str(bogus)},
+    )
+    assert "ERROR could not load PJRT plugin" in r.stdout, r.stdout + r.stderr
+
+
+def test_unsupported_api_version_is_a_clear_error(tmp_path):
+    src = tmp_path / "old_plugin.c"
+    # A plugin claiming PJRT C API 0.10: only the version header matters.
+    src.write_text(textwrap.dedent("""
+        #include <stddef.h>
+        struct Version { size_t struct_size; void* ext; int major; int minor; };
+        struct Api { size_t struct_size; void* ext; struct Version version; void* slots[200]; };
+        static struct Api api = { sizeof(struct Api), 0, { sizeof(struct Version), 0, 0, 10 } };
+        const struct Api* GetPjrtApi(void) { return &api; }
+    """))
+    lib = tmp_path / "libold_plugin.so"
+    cc = subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True)
+    if cc.returncode != 0:
+        pytest.skip("no C compiler: " + cc.stderr)
+    r = run_python(
+        "import torch, torch_tpu\n"
+        "try:\n"
+        "    torch.tpu.init()\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR', e)\n",
+        env={"TORCH_TPU_PJRT_PLUGIN": str(lib)},
+    )
+    assert "ERROR" in r.stdout and "0.10" in r.stdout and "Install a newer plugin" in r.stdout, r.stdout + r.stderr
+
+
+def test_unsupported_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="not supported on the tpu device"):
+        torch.empty(3, dtype=torch.complex32, device="tpu")
+    with pytest.raises(TypeError, match="not supported on the tpu device"):
+        torch.zeros(3, dtype=torch.float8_e5m2, device="tpu")

@@ -1,0 +1,182 @@
+"""The first lowerings against CPU PyTorch: several shapes and dtypes,
+broadcasting, type promotion, non-contiguous and zero-size inputs."""
+
+import pytest
+import torch
+
+from conftest import assert_same, make
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+NUMERIC = FLOATS + [torch.int64, torch.int32, torch.uint8]
+SHAPE_PAIRS = [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((0, 4), (4,)), ((), (5,)), ((5,), ())]
+
+
+def on_tpu(*xs):
+    return [x.to("tpu") if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def non_contiguous(x):
+    """The same values, laid out transposed in a bigger buffer."""
+    if x.dim() < 2:
+        return x
+    big = torch.zeros(x.shape[-1], x.shape[-2] * 2, *x.shape[:-2], dtype=x.dtype)
+    view = big.permute(*range(2, x.dim()), 1, 0)[..., ::2, :] if x.dim() > 2 else big.t()[::2]
+    view.copy_(x)
+    return view
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
+def test_binary_arithmetic(op, dtype, shapes):
+    a, b = make(shapes[0], dtype, 1), make(shapes[1], dtype, 2, low=1)
+    fn = getattr(torch, op)
+    assert_same(fn(*on_tpu(a, b)), fn(a, b))
+    assert_same(fn(*on_tpu(non_contiguous(a), b)), fn(a, b))
+
+
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_alpha(op):
+    a, b = make((4, 3), torch.float32), make((3,), torch.float32, 1)
+    fn = getattr(torch, op)
+    assert_same(fn(*on_tpu(a, b), alpha=2.5), fn(a, b, alpha=2.5))
+    ai, bi = make((4,), torch.int64), make((4,), torch.int64, 1)
+    assert_same(fn(*on_tpu(ai, bi), alpha=3), fn(ai, bi, alpha=3))
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [(torch.int32, torch.float32), (torch.uint8, torch.int8),
+                                             (torch.bool, torch.int64), (torch.bfloat16, torch.float16),
+                                             (torch.float32, torch.float64), (torch.int64, torch.bool)],
+                         ids=str)
+def test_type_promotion(a_dtype, b_dtype):
+    a, b = make((3, 2), a_dtype), make((3, 2), b_dtype, 1, low=1)
+    for fn in (torch.add, torch.mul, torch.sub if torch.bool not in (a_dtype, b_dtype) else torch.mul):
+        assert_same(fn(*on_tpu(a, b)), fn(a, b))
+    assert_same(torch.div(*on_tpu(a, b)), torch.div(a, b))
+
+
+@pytest.mark.parametrize("scalar", [2, -3, 0.5, True, 2.5e3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.bool], ids=str)
+def test_scalar_operands(scalar, dtype):
+    a = make((5,), dtype)
+    (t,) = on_tpu(a)
+    if dtype == torch.bool and not isinstance(scalar, bool):
+        return
+    assert_same(t + scalar, a + scalar)
+    assert_same(t * scalar, a * scalar)
+    assert_same(scalar * t, scalar * a)
+    if dtype != torch.bool and not isinstance(scalar, bool):
+        assert_same(t - scalar, a - scalar)
+        assert_same(scalar - t, scalar - a)
+
+
+def test_changing_scalars_do_not_recompile():
+    import torch_tpu
+
+    t = torch.ones(8, device="tpu")
+    (t * 0.5).cpu()
+    before = torch_tpu.cache_stats()["misses"]
+    for lr in (0.1, 0.01, 0.003, 1e-4):
+        assert_same(t * lr, torch.ones(8) * lr)
+    assert torch_tpu.cache_stats()["misses"] == before
+
+
+@pytest.mark.parametrize("op", ["neg", "abs", "exp", "log", "sqrt", "relu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64], ids=str)
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (0, 2), ()], ids=str)
+def test_unary(op, dtype, shape):
+    low = 0.1 if op in ("log", "sqrt") else -4
+    a = make(shape, dtype, low=low, high=4)
+    if op in ("log", "sqrt") and not dtype.is_floating_point:
+        a = a.abs() + 1
+    fn = getattr(torch, op)
+    assert_same(fn(a.to("tpu")), fn(a))
+    assert_same(fn(non_contiguous(a).to("tpu")), fn(a))
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16], ids=str)
+def test_comparisons(op, dtype):
+    a, b = make((4, 5), dtype, 1, -2, 2), make((5,), dtype, 2, -2, 2)
+    fn = getattr(torch, op)
+    assert_same(fn(*on_tpu(a, b)), fn(a, b))
+    assert_same(fn(a.to("tpu"), 1), fn(a, 1))
+
+
+def test_nan_semantics():
+    a = torch.tensor([float("nan"), 1.0, float("inf"), -0.0])
+    b = torch.tensor([1.0, float("nan"), float("inf"), 0.0])
+    for fn in (torch.eq, torch.ne, torch.lt, torch.maximum, torch.minimum, torch.add):
+        assert_same(fn(*on_tpu(a, b)), fn(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
+def test_where(dtype):
+    c, a, b = make((3, 1), torch.bool), make((3, 4), dtype, 1), make((4,), dtype, 2)
+    assert_same(torch.where(*on_tpu(c, a, b)), torch.where(c, a, b))
+    assert_same(torch.where(c.to("tpu"), a.to("tpu"), 0), torch.where(c, a, 0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float64], ids=str)
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), ((0, 2), False), (-1, True)])
+def test_sum_mean(dtype, dim, keepdim):
+    a = make((3, 4, 5), dtype)
+    t = a.to("tpu")
+    if dim is None:
+        assert_same(t.sum(), a.sum())
+    else:
+        assert_same(t.sum(dim, keepdim=keepdim), a.sum(dim, keepdim=keepdim))
+        assert_same(t.sum(dim, dtype=torch.float64), a.sum(dim, dtype=torch.float64))
+    if dtype.is_floating_point:
+        tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+        m = t.mean() if dim is None else t.mean(dim, keepdim=keepdim)
+        assert_same(m, a.mean() if dim is None else a.mean(dim, keepdim=keepdim), **tol)
+    else:
+        with pytest.raises(RuntimeError, match="mean"):
+            t.mean()
+    z = make((0, 3), dtype).to("tpu")
+    assert_same(z.sum(0), make((0, 3), dtype).sum(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64], ids=str)
+@pytest.mark.parametrize("m,k,n", [(2, 3, 4), (16, 32, 8), (1, 1, 1), (0, 3, 2), (3, 0, 2)])
+def test_matmuls(dtype, m, k, n):
+    a, b = make((m, k), dtype, 1, -2, 2), make((k, n), dtype, 2, -2, 2)
+    tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else {}
+    assert_same(torch.mm(*on_tpu(a, b)), torch.mm(a, b), **tol)
+    assert_same(torch.mm(*on_tpu(non_contiguous(a), b)), torch.mm(a, b), **tol)
+    bias = make((n,), dtype, 3, -2, 2)
+    if dtype.is_floating_point:
+        assert_same(torch.addmm(*on_tpu(bias, a, b), beta=0.5, alpha=2.0),
+                    torch.addmm(bias, a, b, beta=0.5, alpha=2.0), **tol)
+    ba, bb = make((3, m, k), dtype, 4, -2, 2), make((3, k, n), dtype, 5, -2, 2)
+    assert_same(torch.bmm(*on_tpu(ba, bb)), torch.bmm(ba, bb), **tol)
+
+
+def test_addmm_beta_zero_ignores_nan():
+    bias = torch.full((2,), float("nan"))
+    a, b = torch.ones(3, 4), torch.ones(4, 2)
+    assert_same(torch.addmm(*on_tpu(bias, a, b), beta=0), torch.addmm(bias, a, b, beta=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
+def test_cat(dtype):
+    parts = [make((2, 3), dtype, 1), make((4, 3), dtype, 2), make((0, 3), dtype, 3)]
+    assert_same(torch.cat(on_tpu(*parts)), torch.cat(parts))
+    assert_same(torch.cat(on_tpu(parts[0], parts[0].t().t()), dim=1), torch.cat([parts[0], parts[0]], dim=1))
+    mixed = [make((2,), torch.int32), make((3,), torch.float32), torch.empty(0)]
+    assert_same(torch.cat(on_tpu(*mixed)), torch.cat(mixed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool, torch.bfloat16], ids=str)
+def test_fill_and_zero(dtype):
+    a = make((3, 4), dtype)
+    t = a.to("tpu")
+    t.fill_(1)
+    a.fill_(1)
+    assert_same(t, a)
+    t[1].zero_()
+    a[1].zero_()
+    assert_same(t, a)
+    t.fill_(torch.tensor(0, device="tpu"))
+    assert_same(t, torch.zeros(3, 4, dtype=dtype))

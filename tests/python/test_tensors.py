@@ -1,0 +1,127 @@
+"""Tensors on tpu: copies for every dtype, factories, clone, item, printing."""
+
+import itertools
+
+import pytest
+import torch
+
+from conftest import DTYPES, assert_same, make
+
+SHAPES = [(), (0,), (7,), (3, 4), (2, 0, 3), (2, 3, 5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_round_trip(dtype, shape):
+    x = make(shape, dtype)
+    t = x.to("tpu")
+    assert t.device.type == "tpu" and t.dtype == dtype and t.shape == x.shape
+    assert torch.equal(t.cpu(), x)
+
+
+@pytest.mark.parametrize("src,dst", list(itertools.product(DTYPES, DTYPES)), ids=str)
+def test_dtype_conversion_on_device(src, dst):
+    x = make((3, 5), src, low=-3, high=3)
+    assert_same(x.to("tpu").to(dst), x.to(dst), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16], ids=str)
+def test_non_contiguous_copies_both_ways(dtype):
+    x = make((6, 8), dtype)
+    # host non-contiguous -> device
+    assert torch.equal(x.t().to("tpu").cpu(), x.t())
+    assert torch.equal(x[::2, 1::3].to("tpu").cpu(), x[::2, 1::3])
+    # device non-contiguous -> host
+    t = x.to("tpu")
+    assert torch.equal(t.t().cpu(), x.t())
+    assert torch.equal(t[1:5, ::2].cpu(), x[1:5, ::2])
+    # into a non-contiguous destination on either side
+    dst = torch.zeros(8, 6, dtype=dtype)
+    dst.t().copy_(t)
+    assert torch.equal(dst.t(), x)
+    dt = torch.zeros(8, 6, dtype=dtype, device="tpu")
+    dt.t().copy_(x)
+    assert torch.equal(dt.cpu().t(), x)
+
+
+def test_copy_broadcasts_and_converts():
+    dst = torch.zeros(3, 4, device="tpu")
+    dst.copy_(torch.arange(4))
+    assert torch.equal(dst.cpu(), torch.arange(4).float().expand(3, 4))
+    dst.copy_(torch.tensor([1, 2, 3], device="tpu").unsqueeze(1))
+    assert torch.equal(dst.cpu(), torch.tensor([[1.0] * 4, [2.0] * 4, [3.0] * 4]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_empty_never_exposes_uninitialized_memory(dtype):
+    for _ in range(3):
+        junk = torch.full((64,), 7, dtype=torch.float32, device="tpu")
+        del junk
+        e = torch.empty(64, dtype=dtype, device="tpu")
+        assert torch.equal(e.cpu(), torch.zeros(64, dtype=dtype))
+        s = torch.empty_strided((4, 4), (1, 4), dtype=dtype, device="tpu")
+        assert s.stride() == (1, 4)
+        assert torch.equal(s.cpu(), torch.zeros(4, 4, dtype=dtype))
+
+
+def test_factories():
+    assert_same(torch.zeros(2, 3, device="tpu"), torch.zeros(2, 3))
+    assert_same(torch.ones(4, dtype=torch.int32, device="tpu"), torch.ones(4, dtype=torch.int32))
+    assert_same(torch.full((2, 2), 3.5, device="tpu"), torch.full((2, 2), 3.5))
+    assert_same(torch.full((3,), True, device="tpu"), torch.full((3,), True))
+    for args in [(5,), (2, 9), (1, 2, 0.25), (10, 0, -3), (0.5, 3.0, 0.5)]:
+        assert_same(torch.arange(*args, device="tpu"), torch.arange(*args))
+    assert_same(torch.arange(0, 6, dtype=torch.float64, device="tpu"), torch.arange(0, 6, dtype=torch.float64))
+    assert_same(torch.zeros_like(torch.ones(3, device="tpu")), torch.zeros(3))
+    assert_same(torch.linspace(-1, 1, 7, device="tpu"), torch.linspace(-1, 1, 7))
+    assert_same(torch.eye(3, 4, device="tpu"), torch.eye(3, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int16, torch.bool], ids=str)
+def test_clone_and_contiguous(dtype):
+    x = make((4, 6), dtype)
+    t = x.to("tpu")
+    c = t.t().clone()
+    assert c.stride() == x.t().clone().stride()  # preserve_format keeps the layout
+    assert torch.equal(c.cpu(), x.t())
+    k = t.t().contiguous()
+    assert k.is_contiguous() and torch.equal(k.cpu(), x.t().contiguous())
+    cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    tl = cl.to("tpu").clone()
+    assert tl.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(tl.cpu(), cl)
+    # a clone is independent of its source
+    c2 = t.clone()
+    t.zero_()
+    assert torch.equal(c2.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_item(dtype):
+    x = make((3,), dtype)
+    t = x.to("tpu")
+    assert t[1].item() == x[1].item()
+    assert type(t[1].item()) is type(x[1].item())
+
+
+def test_printing():
+    x = torch.tensor([[1.5, -2.0], [3.25, 0.0]])
+    text = repr(x.to("tpu"))
+    assert text == repr(x)[:-1] + ", device='tpu:0')"
+    assert "device='tpu:0'" in repr(torch.arange(3, device="tpu"))
+    big = torch.arange(5000.0).reshape(50, 100)
+    assert "..." in repr(big.to("tpu"))
+    assert repr(torch.tensor([True, False], device="tpu")).startswith("tensor([ True, False]")
+
+
+def test_cross_device_mixing_is_an_error():
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(3, device="tpu") + torch.ones(3)
+    # 0-dim CPU tensors act as scalars, as on CUDA
+    assert_same(torch.ones(3, device="tpu") + torch.tensor(2.0), torch.full((3,), 3.0))
+
+
+def test_to_dtype_and_device_in_one_call():
+    x = make((3, 3), torch.float32)
+    assert_same(x.to("tpu", torch.float16), x.half())
+    assert torch.equal(x.to("tpu").to("cpu", torch.int32), x.int())

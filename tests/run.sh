@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything on a fresh machine and runs every test:
+#   1. system packages (GoogleTest from Debian),
+#   2. torch 2.13.0 (the CPU build) and torch_tpu with its test extras,
+#   3. the C++ tests (GoogleTest, through CTest) against the CPU PJRT plugin,
+#   4. the Python tests (pytest), including the OpInfo conformance subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else "$@"; fi; }
+if [ ! -f /usr/include/gtest/gtest.h ]; then
+  as_root apt-get install -y -q libgtest-dev >/dev/null 2>&1 \
+    || { as_root apt-get update -q >/dev/null && as_root apt-get install -y -q libgtest-dev >/dev/null; }
+fi
+
+python3 -m pip install -q torch==2.13.0
+python3 -m pip install -q cmake ninja setuptools wheel
+python3 -m pip install -q --no-build-isolation -e ".[test]"
+
+# The C++ core and its tests need no torch.
+cmake -S . -B build-tests -G Ninja -DTORCH_TPU_CORE_ONLY=ON -DTORCH_TPU_BUILD_TESTS=ON >/dev/null
+cmake --build build-tests -j "$(nproc)"
+plugin=$(python3 -c "import torch_tpu._plugin as p; print(p.find_plugin().path)")
+TORCH_TPU_PJRT_PLUGIN="$plugin" ctest --test-dir build-tests --output-on-failure -j 2
+
+# A persistent compile cache shared by the test processes.
+export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
+python3 -m pytest -q tests/python "$@"
