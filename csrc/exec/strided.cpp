@@ -89,6 +89,26 @@ Dims to_dim_order(const Layout& l) {
   return Dims(idx.begin(), idx.end());
 }
 
+// The storage block a structured view lives in: `src` is the flat value
+// padded so that the block [offset, offset + len) is always in range, and
+// `block` that range reshaped to block_shape().
+struct Block {
+  Value src, block;
+  Dims shape;
+  int64_t len = 0, pad = 0;
+};
+
+Block open_block(Builder& b, Value flat, const Layout& l, const Dims& sizes, const Dims& strides,
+                 const Offset& off) {
+  Block k;
+  k.shape = block_shape(l, sizes, strides);
+  k.len = sizes[l.dims[0]] * strides[l.dims[0]];
+  k.pad = k.len - l.span;
+  k.src = k.pad > 0 ? b.pad(flat, b.zeros(Type{b.dtype(flat), {}}), {0}, {k.pad}) : flat;
+  k.block = b.reshape(take(b, k.src, off, k.len), k.shape);
+  return k;
+}
+
 bool dense_block(const Dims& sizes, const Dims& strides) {
   int64_t expected = 1;
   for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
@@ -125,14 +145,10 @@ Value read_strided(Builder& b, Value flat, const Dims& sizes, const Dims& stride
     dn.index_vector_dim = static_cast<int64_t>(sizes.size());
     return b.gather(flat, idx, dn, {1}, sizes);
   }
-  const Dims r = block_shape(l, sizes, strides);
-  const int64_t len = sizes[l.dims[0]] * strides[l.dims[0]];
-  const int64_t pad = len - l.span;
-  Value src = pad > 0 ? b.pad(flat, b.zeros(Type{dt, {}}), {0}, {pad}) : flat;
-  Value block = b.reshape(take(b, src, off, len), r);
+  Block k = open_block(b, flat, l, sizes, strides, off);
   Dims limit = sorted_sizes(l, sizes);
   limit.push_back(1);
-  block = b.slice(block, Dims(r.size(), 0), limit);
+  Value block = b.slice(k.block, Dims(k.shape.size(), 0), limit);
   block = b.reshape(block, sorted_sizes(l, sizes));
   block = b.transpose(block, to_dim_order(l));
   Dims bdims(l.dims.begin(), l.dims.end());
@@ -170,11 +186,7 @@ Value write_strided(Builder& b, Value flat, Value values, const Dims& sizes, con
     dn.index_vector_dim = 1;
     return b.scatter(flat, idx, b.reshape(values, {numel}), dn, nullptr);
   }
-  const Dims r = block_shape(l, sizes, strides);
-  const int64_t len = sizes[l.dims[0]] * strides[l.dims[0]];
-  const int64_t pad = len - l.span;
-  Value src = pad > 0 ? b.pad(flat, b.zeros(Type{dt, {}}), {0}, {pad}) : flat;
-  Value block = b.reshape(take(b, src, off, len), r);
+  Block k = open_block(b, flat, l, sizes, strides, off);
   // values in dimension order without size-1 dims, then in stride order.
   Dims by_dim = sorted_sizes(l, sizes);
   Dims dim_order = to_dim_order(l);
@@ -187,10 +199,10 @@ Value write_strided(Builder& b, Value flat, Value values, const Dims& sizes, con
   Dims with_unit = by_dim;
   with_unit.push_back(1);
   v = b.reshape(v, with_unit);
-  std::vector<Value> zeros(r.size(), b.constant_int(0, DType::I64));
-  block = b.reshape(b.dynamic_update_slice(block, v, zeros), {len});
-  src = b.dynamic_update_slice(src, block, {offset_value(b, off)});
-  return pad > 0 ? b.slice(src, {0}, {n}) : src;
+  std::vector<Value> zeros(k.shape.size(), b.constant_int(0, DType::I64));
+  Value block = b.reshape(b.dynamic_update_slice(k.block, v, zeros), {k.len});
+  Value src = b.dynamic_update_slice(k.src, block, {offset_value(b, off)});
+  return k.pad > 0 ? b.slice(src, {0}, {n}) : src;
 }
 
 }  // namespace tpu::exec

@@ -28,7 +28,8 @@ Dims spatial(int64_t nsp) {
 }
 
 // Weight of a transposed convolution [Cin, Cout/G, k] as the kernel of the
-// equivalent convolution: [Cout, Cin/G, k], flipped spatially.
+// equivalent convolution: [Cout, Cin/G, k], flipped spatially. Also the
+// kernel of a convolution's input gradient.
 Value transposed_kernel(Builder& b, Value w, int64_t groups) {
   const Dims d = b.dims(w);
   const int64_t cin = d[0], cout_g = d[1];
@@ -85,17 +86,9 @@ Value conv_input_grad(Builder& b, Value dy, Value w, const Dims& in_sizes, const
   const int64_t nsp = b.rank(dy) - 2;
   const Dims& wd = b.dims(w);
   const Dims& od = b.dims(dy);
-  // The kernel of the adjoint: [Cout, Cin/G, k] -> [Cin, Cout/G, k], flipped.
-  const int64_t cout = wd[0], cin_g = wd[1];
-  Dims grouped{groups, cout / groups, cin_g};
-  grouped.insert(grouped.end(), wd.begin() + 2, wd.end());
-  Value g = b.reshape(w, grouped);
-  Dims perm{0, 2, 1};
-  for (int64_t i = 0; i < nsp; ++i) perm.push_back(3 + i);
-  g = b.transpose(g, perm);
-  Dims kd{groups * cin_g, cout / groups};
-  kd.insert(kd.end(), wd.begin() + 2, wd.end());
-  Value kernel = b.reverse(b.reshape(g, kd), spatial(nsp));
+  // The kernel of the adjoint: [Cout, Cin/G, k] -> [Cin, Cout/G, k], flipped
+  // (the same regrouping as a transposed convolution's kernel).
+  Value kernel = transposed_kernel(b, w, groups);
   std::vector<std::pair<int64_t, int64_t>> pad;
   for (int64_t i = 0; i < nsp; ++i) {
     const int64_t k = dilation[i] * (wd[2 + i] - 1);

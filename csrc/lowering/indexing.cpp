@@ -242,52 +242,67 @@ std::vector<Value> lower_gather(Context& c) {
   return one(b.reshape(r, index.sizes));
 }
 
-// scatter(self, dim, index, src|value[, reduce]): src is sliced to index's shape.
-std::vector<Value> scatter_impl(Context& c, const std::string& reduce, bool value_arg, size_t reduce_arg) {
+// The shared part of scatter(self, dim, index, ...): self and index as at
+// least 1-D values and the element coordinates the index addresses.
+struct DimScatter {
+  Value x;          // self (rank >= 1)
+  Value coords;     // [*index.shape, rank]
+  Dims ishape;      // index shape (rank >= 1)
+  bool scalar_self = false;
+  bool empty = false;
+  Value finish(Builder& b, Value r) const { return scalar_self ? b.reshape(r, {}) : r; }
+};
+
+DimScatter dim_scatter(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
   const TensorInfo& index = c.args.info(2);
+  DimScatter s;
+  s.x = c.args.tensor(0);
+  s.empty = index.numel() == 0;
+  if (s.empty) return s;
   const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
-  Value x = c.args.tensor(0);
-  if (index.numel() == 0) return one(x);
-  const bool scalar_self = self.dim() == 0;
-  if (scalar_self) x = b.reshape(x, {1});
+  s.scalar_self = self.dim() == 0;
+  if (s.scalar_self) s.x = b.reshape(s.x, {1});
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
-  const Dims& ishape = b.dims(idx);
-  Value src;
-  if (value_arg || !c.args.is_tensor(3)) {
-    src = splat(b, c.args.scalar_value(3, to_hlo(self.dtype)), ishape);
-  } else {
-    src = cast(b, c.args.tensor(3), self.dtype);
-    if (b.rank(src) == 0) src = b.reshape(src, {1});
-    src = b.slice(src, Dims(ishape.size(), 0), ishape);
-  }
+  s.ishape = b.dims(idx);
+  s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
+  return s;
+}
+
+// The source tensor at argument `i`, in self's dtype, sliced to the index shape.
+Value scatter_source(Context& c, size_t i, const Dims& ishape) {
+  Builder& b = c.b;
+  Value src = cast(b, c.args.tensor(i), c.args.info(0).dtype);
+  if (b.rank(src) == 0) src = b.reshape(src, {1});
+  return b.slice(src, Dims(ishape.size(), 0), ishape);
+}
+
+// scatter(self, dim, index, src|value[, reduce]): src is sliced to index's shape.
+std::vector<Value> scatter_impl(Context& c, const std::string& reduce, bool value_arg, size_t reduce_arg) {
+  Builder& b = c.b;
+  DimScatter s = dim_scatter(c);
+  if (s.empty) return one(s.x);
+  Value src = value_arg || !c.args.is_tensor(3)
+                  ? splat(b, c.args.scalar_value(3, to_hlo(c.args.info(0).dtype)), s.ishape)
+                  : scatter_source(c, 3, s.ishape);
   std::string red = reduce;
   if (reduce_arg < c.args.size() && c.args.has(reduce_arg)) red = c.args.string(reduce_arg);
-  Value r = scatter_points(b, x, full_coordinates(b, idx, dim, b.rank(x)), src, combiner(red, b.dtype(x)));
-  return one(scalar_self ? b.reshape(r, {}) : r);
+  return one(s.finish(b, scatter_points(b, s.x, s.coords, src, combiner(red, b.dtype(s.x)))));
 }
 
 // scatter_reduce.two(self, dim, index, src, reduce, include_self)
 std::vector<Value> lower_scatter_reduce(Context& c) {
   Builder& b = c.b;
-  const TensorInfo& self = c.args.info(0);
-  const TensorInfo& index = c.args.info(2);
   const std::string reduce = c.args.string(4);
   const bool include_self = !c.args.has(5) || c.args.bool_(5);
-  const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
-  Value x = c.args.tensor(0);
-  if (index.numel() == 0) return one(x);
-  const bool scalar_self = self.dim() == 0;
-  if (scalar_self) x = b.reshape(x, {1});
-  Value idx = c.args.tensor(2);
-  if (index.dim() == 0) idx = b.reshape(idx, {1});
-  const Dims& ishape = b.dims(idx);
-  Value src = cast(b, c.args.tensor(3), self.dtype);
-  if (b.rank(src) == 0) src = b.reshape(src, {1});
-  src = b.slice(src, Dims(ishape.size(), 0), ishape);
-  Value coords = full_coordinates(b, idx, dim, b.rank(x));
+  DimScatter s = dim_scatter(c);
+  if (s.empty) return one(s.x);
+  Value x = s.x;
+  const Value& coords = s.coords;
+  const Dims& ishape = s.ishape;
+  Value src = scatter_source(c, 3, ishape);
   const DType dt = b.dtype(x);
   if (!include_self) {
     // Reset the positions that receive updates to the reduction's identity.
@@ -315,7 +330,7 @@ std::vector<Value> lower_scatter_reduce(Context& c) {
     }
     r = b.select(b.compare(Cmp::GT, count, b.zeros(b.type(count))), mean, r);
   }
-  return one(scalar_self ? b.reshape(r, {}) : r);
+  return one(s.finish(b, r));
 }
 
 // ---- along-dim index ops ---------------------------------------------------------------
@@ -359,44 +374,52 @@ std::vector<Value> lower_index_select(Context& c) {
   return one(b.gather(x, b.reshape(idx, {out[dim], 1}), dn, slice, out));
 }
 
+// The shared part of index_add/index_copy/index_fill(self, dim, index, ...):
+// slices self[..., index[i], ...] along dim.
+struct IndexAlongDim {
+  Value x;        // self (rank >= 1)
+  Value coords;   // coordinates of the addressed slices
+  Dims space;     // self's shape with dim replaced by index.numel()
+  bool scalar_self = false;
+  Value finish(Builder& b, Value r) const { return scalar_self ? b.reshape(r, {}) : r; }
+};
+
+IndexAlongDim index_along_dim(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& self = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
+  IndexAlongDim s;
+  s.x = c.args.tensor(0);
+  s.scalar_self = self.dim() == 0;
+  Dims sizes = s.scalar_self ? Dims{1} : self.sizes;
+  if (s.scalar_self) s.x = b.reshape(s.x, {1});
+  Value idx = index_vector(c, 2, sizes[dim]);
+  s.space = sizes;
+  s.space[dim] = b.dims(idx)[0];
+  s.coords = slice_coordinates(b, idx, dim, sizes);
+  return s;
+}
+
 // index_add(self, dim, index, source, alpha) / index_copy(self, dim, index, source)
 std::vector<Value> index_scatter(Context& c, bool add) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
-  Value x = c.args.tensor(0);
-  const bool scalar_self = self.dim() == 0;
-  Dims sizes = scalar_self ? Dims{1} : self.sizes;
-  if (scalar_self) x = b.reshape(x, {1});
-  Value idx = index_vector(c, 2, sizes[dim]);
-  Value src = cast(b, c.args.tensor(3), self.dtype);
-  Dims space = sizes;
-  space[dim] = b.dims(idx)[0];
-  src = b.reshape(src, space);
+  IndexAlongDim s = index_along_dim(c);
+  Value src = b.reshape(cast(b, c.args.tensor(3), self.dtype), s.space);
   if (add && c.args.has(4) && !c.args.scalar(4).equal(1)) {
-    src = b.mul(src, splat(b, c.args.scalar_value(4, to_hlo(self.dtype)), space));
+    src = b.mul(src, splat(b, c.args.scalar_value(4, to_hlo(self.dtype)), s.space));
   }
-  Value r = scatter_points(b, x, slice_coordinates(b, idx, dim, sizes), src,
-                           add ? combiner("add", b.dtype(x)) : nullptr);
-  return one(scalar_self ? b.reshape(r, {}) : r);
+  return one(s.finish(b, scatter_points(b, s.x, s.coords, src, add ? combiner("add", b.dtype(s.x)) : nullptr)));
 }
 
 std::vector<Value> lower_index_fill(Context& c) {
   // index_fill(self, dim, index, value)
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
-  Value x = c.args.tensor(0);
-  const bool scalar_self = self.dim() == 0;
-  Dims sizes = scalar_self ? Dims{1} : self.sizes;
-  if (scalar_self) x = b.reshape(x, {1});
-  Value idx = index_vector(c, 2, sizes[dim]);
-  Dims space = sizes;
-  space[dim] = b.dims(idx)[0];
+  IndexAlongDim s = index_along_dim(c);
   Value v = c.args.is_tensor(3) ? cast(b, c.args.tensor(3), self.dtype)
                                 : c.args.scalar_value(3, to_hlo(self.dtype));
-  Value r = scatter_points(b, x, slice_coordinates(b, idx, dim, sizes), splat(b, v, space), nullptr);
-  return one(scalar_self ? b.reshape(r, {}) : r);
+  return one(s.finish(b, scatter_points(b, s.x, s.coords, splat(b, v, s.space), nullptr)));
 }
 
 // ---- masks -----------------------------------------------------------------------------

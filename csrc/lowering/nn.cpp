@@ -655,50 +655,58 @@ std::vector<Value> pointwise_loss_backward(Context& c, F f) {
   return one(cast(b, b.mul(g, f(b, x, y)), t));
 }
 
+// Targets of nll_loss: the one-hot class mask [*target, C] and the weight
+// of each sample (its class weight, 0 where target == ignore_index).
+struct NllTargets {
+  Value onehot, weight;
+  Dims ts, bts;  // target shape, target shape + [C]
+  int64_t tr = 0;
+};
+
+NllTargets nll_targets(Context& c, size_t target_arg, size_t weight_arg, int64_t ignore, int64_t classes, DType ct) {
+  Builder& b = c.b;
+  NllTargets t;
+  t.ts = c.args.info(target_arg).sizes;
+  t.tr = static_cast<int64_t>(t.ts.size());
+  t.bts = t.ts;
+  t.bts.push_back(classes);
+  Value target = b.convert(c.args.tensor(target_arg), DType::I64);
+  Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, t.ts));
+  Value safe = b.select(valid, target, b.zeros(Type{DType::I64, t.ts}));
+  t.onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, t.bts}, t.tr),
+                       b.broadcast_in_dim(safe, t.bts, range(0, t.tr)));
+  t.weight = b.full(1, ct, t.ts);
+  if (c.args.has(weight_arg)) {
+    Value w = b.broadcast_in_dim(b.convert(c.args.tensor(weight_arg), ct), t.bts, {t.tr});
+    t.weight = sum_over(b, b.select(t.onehot, w, b.zeros(Type{ct, t.bts})), {t.tr});
+  }
+  t.weight = b.select(valid, t.weight, b.zeros(Type{ct, t.ts}));
+  return t;
+}
+
 // nll_loss_forward(self [N, C] or [C], target, weight?, reduction, ignore_index) -> (output, total_weight)
 // Also nll_loss2d_forward with self [N, C, H, W].
 std::vector<Value> lower_nll_loss(Context& c) {
   const TensorInfo& in = c.args.info(0);
-  const TensorInfo& tgt = c.args.info(1);
   const int64_t reduction = c.args.int_(3);
-  const int64_t ignore = c.args.int_(4);
   Builder& b = c.b;
   const at::ScalarType t = in.dtype;
   const DType ct = to_hlo(opmath_type(t));
   const bool batched = in.dim() >= 2;
-  const int64_t C = batched ? in.sizes[1] : in.sizes[0];
+  NllTargets nt = nll_targets(c, 1, 2, c.args.int_(4), batched ? in.sizes[1] : in.sizes[0], ct);
   Value x = b.convert(c.args.tensor(0), ct);
-  Value target = b.convert(c.args.tensor(1), DType::I64);
-  const Dims ts = tgt.sizes;
-  // Move classes last: [N, *, C].
-  if (batched && in.dim() > 2) {
+  if (batched && in.dim() > 2) {  // classes last: [N, *, C]
     Dims perm{0};
     for (int64_t i = 2; i < in.dim(); ++i) perm.push_back(i);
     perm.push_back(1);
     x = b.transpose(x, perm);
   }
-  Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, ts));
-  Value safe = b.select(valid, target, b.zeros(Type{DType::I64, ts}));
-  // Pick x[..., target].
-  const int64_t tr = static_cast<int64_t>(ts.size());
-  Dims bts = ts;
-  bts.push_back(C);
-  Value onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, bts}, tr), b.broadcast_in_dim(safe, bts, range(0, tr)));
-  Value xb = b.reshape(x, bts);
-  Value picked = sum_over(b, b.select(onehot, xb, b.zeros(Type{ct, bts})), {tr});
-  Value w = b.full(1, ct, ts);
-  if (c.args.has(2)) {
-    Value weight = b.convert(c.args.tensor(2), ct);
-    w = sum_over(b, b.select(onehot, b.broadcast_in_dim(weight, bts, {tr}), b.zeros(Type{ct, bts})), {tr});
-  }
-  w = b.select(valid, w, b.zeros(Type{ct, ts}));
-  Value loss = b.neg(b.mul(picked, w));
-  Value total = sum_over(b, w, range(0, tr));
-  Value out;
-  if (reduction == kNone) {
-    out = loss;
-  } else {
-    Value s = sum_over(b, loss, range(0, tr));
+  Value picked = sum_over(b, b.select(nt.onehot, b.reshape(x, nt.bts), b.zeros(Type{ct, nt.bts})), {nt.tr});
+  Value loss = b.neg(b.mul(picked, nt.weight));
+  Value total = sum_over(b, nt.weight, range(0, nt.tr));
+  Value out = loss;
+  if (reduction != kNone) {
+    Value s = sum_over(b, loss, range(0, nt.tr));
     out = reduction == kSum ? s : b.div(s, total);
   }
   return {cast(b, out, t), cast(b, total, t)};
@@ -707,42 +715,20 @@ std::vector<Value> lower_nll_loss(Context& c) {
 // nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight)
 std::vector<Value> lower_nll_loss_backward(Context& c) {
   const TensorInfo& in = c.args.info(1);
-  const TensorInfo& tgt = c.args.info(2);
   const int64_t reduction = c.args.int_(4);
-  const int64_t ignore = c.args.int_(5);
   Builder& b = c.b;
   const at::ScalarType t = in.dtype;
   const DType ct = to_hlo(opmath_type(t));
   const bool batched = in.dim() >= 2;
-  const int64_t C = batched ? in.sizes[1] : in.sizes[0];
-  const Dims ts = tgt.sizes;
-  const int64_t tr = static_cast<int64_t>(ts.size());
-  Value target = b.convert(c.args.tensor(2), DType::I64);
-  Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, ts));
-  Value safe = b.select(valid, target, b.zeros(Type{DType::I64, ts}));
-  Dims bts = ts;
-  bts.push_back(C);
-  Value onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, bts}, tr), b.broadcast_in_dim(safe, bts, range(0, tr)));
-  Value w = b.full(1, ct, ts);
-  if (c.args.has(3)) {
-    Value weight = b.convert(c.args.tensor(3), ct);
-    w = sum_over(b, b.select(onehot, b.broadcast_in_dim(weight, bts, {tr}), b.zeros(Type{ct, bts})), {tr});
-  }
-  w = b.select(valid, w, b.zeros(Type{ct, ts}));
+  NllTargets nt = nll_targets(c, 2, 3, c.args.int_(5), batched ? in.sizes[1] : in.sizes[0], ct);
   Value g = b.convert(c.args.tensor(0), ct);
-  Value scale;
-  if (reduction == kNone) {
-    scale = b.mul(b.neg(w), b.broadcast_to(g, ts));
-  } else {
-    Value gs = b.broadcast_in_dim(g, ts, {});
-    if (reduction == kMean) gs = b.div(gs, b.broadcast_in_dim(b.convert(c.args.tensor(6), ct), ts, {}));
-    scale = b.mul(b.neg(w), gs);
-  }
-  Value grad = b.select(onehot, b.broadcast_in_dim(scale, bts, range(0, tr)), b.zeros(Type{ct, bts}));
-  if (batched && in.dim() > 2) {
-    // [N, *, C] -> [N, C, *]
-    Dims perm{0, static_cast<int64_t>(bts.size()) - 1};
-    for (int64_t i = 1; i < static_cast<int64_t>(bts.size()) - 1; ++i) perm.push_back(i);
+  Value gs = reduction == kNone ? b.broadcast_to(g, nt.ts) : b.broadcast_in_dim(g, nt.ts, {});
+  if (reduction == kMean) gs = b.div(gs, b.broadcast_in_dim(b.convert(c.args.tensor(6), ct), nt.ts, {}));
+  Value scale = b.mul(b.neg(nt.weight), gs);
+  Value grad = b.select(nt.onehot, b.broadcast_in_dim(scale, nt.bts, range(0, nt.tr)), b.zeros(Type{ct, nt.bts}));
+  if (batched && in.dim() > 2) {  // [N, *, C] -> [N, C, *]
+    Dims perm{0, static_cast<int64_t>(nt.bts.size()) - 1};
+    for (int64_t i = 1; i < static_cast<int64_t>(nt.bts.size()) - 1; ++i) perm.push_back(i);
     grad = b.transpose(grad, perm);
   }
   return one(cast(b, b.reshape(grad, in.sizes), t));
