@@ -205,6 +205,7 @@ const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
     written_.push_back(i);
     all.push_back(out);
   }
+  for (const auto& [ok, message] : checks_) all.push_back(ok);
   text_ = b_.module(all);
   return text_;
 }
@@ -229,6 +230,14 @@ std::vector<at::Tensor> EagerProgram::run() {
     Slot& s = slots_[written_[k]];
     Value out = s.full.valid() ? s.full : s.flat;
     s.tpu->set_value(outs[next + k], b_.type(out));
+  }
+  next += written_.size();
+  for (size_t k = 0; k < checks_.size(); ++k) {
+    try {
+      exec::Runtime::get().add_check(device_, outs[next + k], checks_[k].second);
+    } catch (const exec::CheckFailure& e) {
+      TORCH_CHECK_INDEX(false, e.what());
+    }
   }
   return results;
 }

@@ -29,6 +29,9 @@ class EagerProgram {
   // A fresh ui64[2] key from `gen` (the device's default generator if none).
   hlo::Value rng_key(const std::optional<at::Generator>& gen);
 
+  // A device-side check (see lowering::Args::check).
+  void check(hlo::Value ok, const std::string& message) { checks_.emplace_back(ok, message); }
+
   // Write `value` (dims = dst sizes, dtype = dst dtype) into the view `dst`.
   void assign(const at::Tensor& dst, hlo::Value value);
 
@@ -62,6 +65,7 @@ class EagerProgram {
   std::deque<Slot> slots_;  // stable references
   std::vector<hlo::Value> outputs_;
   std::vector<size_t> written_;  // indices into slots_, in output order
+  std::vector<std::pair<hlo::Value, std::string>> checks_;
   std::string text_;
 };
 

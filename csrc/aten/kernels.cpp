@@ -164,6 +164,7 @@ class EagerArgs final : public lowering::Args {
   // check such calls).
   bool data_dependent() const { return data_dependent_; }
   std::optional<at::ScalarType> out_dtype() const override { return out_dtype_; }
+  void check(Value ok, const std::string& message) override { p_.check(ok, message); }
 
  private:
   static lowering::TensorInfo info_of(const at::Tensor& t) {

@@ -59,6 +59,8 @@ void synchronize(int64_t device) {
     runtime().synchronize(static_cast<int>(device));
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "tpu: a program failed on the device: ", e.what());
+  } catch (const exec::CheckFailure& e) {
+    TORCH_CHECK_INDEX(false, e.what());
   }
 }
 

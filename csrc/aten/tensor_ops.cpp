@@ -41,6 +41,15 @@ bool covers_storage(const at::Tensor& t) {
 
 int tpu_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
 
+// Failed device-side checks surface when the host reads a value.
+void verify_device_checks(int device) {
+  try {
+    exec::Runtime::get().verify_checks(device);
+  } catch (const exec::CheckFailure& e) {
+    TORCH_CHECK_INDEX(false, e.what());
+  }
+}
+
 // dst (tpu) <- src (tpu, same device), converted and broadcast.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
@@ -175,6 +184,7 @@ at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
   }
   pjrt::BufferPtr buf = dense_buffer(t);
   buf->to_host(out.data_ptr(), out.nbytes());
+  verify_device_checks(tpu_index(src));
   return out;
 }
 

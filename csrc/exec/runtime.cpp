@@ -96,6 +96,7 @@ Runtime::Runtime(const RuntimeConfig& config) {
   co.portable = portable_ = client_->devices().size() > 1;
   compile_options_ = co.serialize();
   pending_.resize(client_->devices().size());
+  checks_.resize(client_->devices().size());
   std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
   if (cache_dir.empty()) cache_dir = config.cache_dir;
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
@@ -148,6 +149,37 @@ void Runtime::synchronize(int device_index) {
     events.swap(pending_[device_index]);
   }
   for (auto& e : events) e->await();
+  verify_checks(device_index);
+}
+
+void Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message) {
+  bool verify_now = mode_ == ExecutionMode::Debug;
+  {
+    std::lock_guard<std::mutex> lock(checks_mu_);
+    auto& list = checks_.at(device_index);
+    list.push_back({std::move(ok), std::move(message)});
+    verify_now |= list.size() >= 1024;  // bounded: verify a long backlog
+  }
+  if (verify_now) verify_checks(device_index);
+}
+
+void Runtime::verify_checks(int device_index) {
+  std::vector<Check> checks;
+  {
+    std::lock_guard<std::mutex> lock(checks_mu_);
+    checks.swap(checks_.at(device_index));
+  }
+  for (const Check& c : checks) {
+    uint8_t ok = 1;
+    c.ok->to_host(&ok, 1);
+    if (!ok) {
+      const std::string where = mode_ == ExecutionMode::Debug
+                                    ? ""
+                                    : " (detected asynchronously, after the op ran; set "
+                                      "TORCH_TPU_LAUNCH_BLOCKING=1 to raise it at the op)";
+      throw CheckFailure(c.message + where);
+    }
+  }
 }
 
 pjrt::BufferPtr Runtime::scalar_buffer(hlo::DType dtype, uint64_t bits, int device_index) {

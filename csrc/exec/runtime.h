@@ -54,8 +54,16 @@ class Runtime {
   pjrt::BufferPtr scalar_buffer(hlo::DType dtype, uint64_t bits, int device);
 
   // Wait until every program started on `device` finished; throws the first
-  // error one of them reported.
+  // error one of them reported, then the first failed check (below).
   void synchronize(int device);
+
+  // Checks computed on the device (an index in range, a target in bounds):
+  // `ok` is a rank-0 pred buffer. Like CUDA's device-side assertions they are
+  // verified when the host next waits for the device (a read, synchronize),
+  // or at once in debug mode.
+  void add_check(int device, pjrt::BufferPtr ok, std::string message);
+  // Throws CheckFailure for the first failed pending check of `device`.
+  void verify_checks(int device);
 
   // Executions started (for tests and statistics).
   int64_t executions() const { return executions_; }
@@ -75,8 +83,20 @@ class Runtime {
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
   std::vector<std::vector<std::unique_ptr<pjrt::Event>>> pending_;
+  struct Check {
+    pjrt::BufferPtr ok;
+    std::string message;
+  };
+  std::mutex checks_mu_;
+  std::vector<std::vector<Check>> checks_;
 };
 
 pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t);
+
+// A device-side check failed (e.g. an index out of range).
+class CheckFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 }  // namespace tpu::exec

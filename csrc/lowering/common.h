@@ -46,4 +46,8 @@ Value splat(Builder& b, Value x, const Dims& dims);
 
 [[noreturn]] void unsupported(Context& c, const std::string& what);
 
+// Checks on the device that every integer in `idx` lies in [-size, size)
+// (or [0, size) without `allow_negative`); IndexError(message) otherwise.
+void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message);
+
 }  // namespace tpu::lowering

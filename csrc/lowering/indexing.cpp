@@ -148,6 +148,9 @@ AdvancedIndex advanced_index(Context& c, size_t self_arg, size_t indices_arg) {
   with_one.push_back(1);
   std::vector<Value> parts;
   for (int64_t d : ai.dims) {
+    check_index_range(c, *per_dim[d], self.sizes[d], true,
+                      "index out of bounds for dimension " + std::to_string(d) + " with size " +
+                          std::to_string(self.sizes[d]));
     Value idx = wrap_index(b, b.broadcast_to(*per_dim[d], batch), self.sizes[d]);
     parts.push_back(b.reshape(idx, with_one));
   }
@@ -238,6 +241,9 @@ std::vector<Value> lower_gather(Context& c) {
   const int64_t rank = b.rank(x);
   TORCH_CHECK(b.rank(idx) == rank, "Index tensor must have the same number of dimensions as input tensor");
   if (Type{DType::I64, b.dims(idx)}.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
+  check_index_range(c, idx, b.dims(x)[dim], false,
+                    "gather(): index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                        std::to_string(b.dims(x)[dim]));
   Value r = gather_points(b, x, full_coordinates(b, idx, dim, rank));
   return one(b.reshape(r, index.sizes));
 }
@@ -266,6 +272,9 @@ DimScatter dim_scatter(Context& c) {
   if (s.scalar_self) s.x = b.reshape(s.x, {1});
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
+  check_index_range(c, idx, b.dims(s.x)[dim], false,
+                    "scatter(): index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                        std::to_string(b.dims(s.x)[dim]));
   s.ishape = b.dims(idx);
   s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
   return s;
@@ -350,6 +359,7 @@ Value index_vector(Context& c, size_t i, int64_t size) {
   Value idx = c.args.tensor(i);
   if (b.rank(idx) == 0) idx = b.reshape(idx, {1});
   TORCH_CHECK_INDEX(b.rank(idx) == 1, "index_select(): Index is supposed to be a vector");
+  check_index_range(c, idx, size, true, "index out of range in self");
   return wrap_index(b, idx, size);
 }
 
@@ -452,13 +462,27 @@ Value exclusive_count(Builder& b, Value flat_mask) {
   return b.sub(incl, ones);
 }
 
+// self (arg 0) and mask (arg 1) broadcast together and flattened.
+struct FlatMasked {
+  Value x, m;
+  Dims shape;
+  int64_t n = 0;
+};
+
+FlatMasked flat_masked(Context& c) {
+  Builder& b = c.b;
+  FlatMasked f;
+  f.shape = broadcast_shapes(c.args.info(0).sizes, c.args.info(1).sizes);
+  f.n = Type{DType::I64, f.shape}.numel();
+  f.x = b.reshape(b.broadcast_to(c.args.tensor(0), f.shape), {f.n});
+  f.m = b.reshape(b.broadcast_to(as_bool(b, c.args.tensor(1)), f.shape), {f.n});
+  return f;
+}
+
 std::vector<Value> lower_masked_scatter(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  const Dims shape = broadcast_shapes(self.sizes, c.args.info(1).sizes);
-  const int64_t n = Type{DType::I64, shape}.numel();
-  Value x = b.reshape(b.broadcast_to(c.args.tensor(0), shape), {n});
-  Value m = b.reshape(b.broadcast_to(as_bool(b, c.args.tensor(1)), shape), {n});
+  auto [x, m, shape, n] = flat_masked(c);
   const int64_t sn = c.args.info(2).numel();
   if (sn == 0 || n == 0) return one(b.reshape(x, shape));
   Value src = b.reshape(cast(b, c.args.tensor(2), self.dtype), {sn});
@@ -486,10 +510,7 @@ Value true_positions(Context& c, Value flat_mask, int64_t* count) {
 std::vector<Value> lower_masked_select(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  const Dims shape = broadcast_shapes(self.sizes, c.args.info(1).sizes);
-  const int64_t n = Type{DType::I64, shape}.numel();
-  Value x = b.reshape(b.broadcast_to(c.args.tensor(0), shape), {n});
-  Value m = b.reshape(b.broadcast_to(as_bool(b, c.args.tensor(1)), shape), {n});
+  auto [x, m, shape, n] = flat_masked(c);
   if (n == 0) return one(b.zeros(Type{to_hlo(self.dtype), {0}}));
   int64_t count = 0;
   Value pos = true_positions(c, m, &count);
@@ -528,6 +549,7 @@ std::vector<Value> lower_take(Context& c) {
   if (index.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
   TORCH_CHECK_INDEX(n > 0, "take(): tried to take from an empty tensor");
   Value flat = b.reshape(c.args.tensor(0), {n});
+  check_index_range(c, c.args.tensor(1), n, true, "take(): index out of range for tensor of size " + std::to_string(n));
   Value idx = wrap_index(b, b.reshape(c.args.tensor(1), {index.numel()}), n);
   return one(b.reshape(gather_points(b, flat, b.reshape(idx, {index.numel(), 1})), index.sizes));
 }
@@ -541,6 +563,7 @@ std::vector<Value> lower_put(Context& c) {
   Value x = c.args.tensor(0);
   if (k == 0) return one(x);
   Value flat = b.reshape(x, {n});
+  check_index_range(c, c.args.tensor(1), n, true, "put(): index out of range for tensor of size " + std::to_string(n));
   Value idx = wrap_index(b, b.reshape(c.args.tensor(1), {k}), n);
   Value src = b.reshape(cast(b, c.args.tensor(2), self.dtype), {k});
   const bool acc = c.args.has(3) && c.args.bool_(3);

@@ -96,6 +96,11 @@ class Args {
   // depends on data (nonzero, masked_select, unique) wait for the device.
   virtual int64_t host_int(Value v) = 0;
 
+  // A check on the device: `ok` (rank-0 pred) must hold, else the op raises
+  // IndexError(message) when the host next waits for the device (at once in
+  // debug mode), like CUDA's device-side assertions.
+  virtual void check(Value ok, const std::string& message) = 0;
+
   // For out= variants of factories (arange.start_out): the dtype of `out`.
   virtual std::optional<at::ScalarType> out_dtype() const = 0;
 

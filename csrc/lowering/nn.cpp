@@ -672,6 +672,8 @@ NllTargets nll_targets(Context& c, size_t target_arg, size_t weight_arg, int64_t
   t.bts.push_back(classes);
   Value target = b.convert(c.args.tensor(target_arg), DType::I64);
   Value valid = b.compare(Cmp::NE, target, b.full_int(ignore, DType::I64, t.ts));
+  check_index_range(c, b.select(valid, target, b.zeros(Type{DType::I64, t.ts})), classes, false,
+                    "Target out of bounds");
   Value safe = b.select(valid, target, b.zeros(Type{DType::I64, t.ts}));
   t.onehot = b.compare(Cmp::EQ, b.iota(Type{DType::I64, t.bts}, t.tr),
                        b.broadcast_in_dim(safe, t.bts, range(0, t.tr)));

@@ -139,3 +139,23 @@ def test_unsupported_dtype_is_a_type_error():
         torch.empty(3, dtype=torch.complex32, device="tpu")
     with pytest.raises(TypeError, match="not supported on the tpu device"):
         torch.zeros(3, dtype=torch.float8_e5m2, device="tpu")
+
+
+def test_out_of_range_index_raises_instead_of_clamping():
+    x = torch.arange(5.0, device="tpu")
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 5"):
+        x[torch.tensor([1, 7], device="tpu")].cpu()
+    assert torch.equal(x[torch.tensor([1, -1], device="tpu")].cpu(), torch.tensor([1.0, 4.0]))
+    with pytest.raises(IndexError):
+        torch.gather(x, 0, torch.tensor([5], device="tpu")).cpu()
+    with pytest.raises(IndexError, match="Target out of bounds"):
+        torch.nn.functional.cross_entropy(torch.randn(2, 3, device="tpu"), torch.tensor([0, 5], device="tpu")).item()
+
+
+def test_debug_mode_raises_index_errors_at_the_op():
+    w = torch.randn(4, 3, device="tpu")
+    with torch_tpu.execution_mode("debug"):
+        with pytest.raises(IndexError, match="index out of range in self"):
+            torch.nn.functional.embedding(torch.tensor([9], device="tpu"), w)
+    # nothing is left pending afterwards
+    torch.tpu.synchronize()

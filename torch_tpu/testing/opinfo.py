@@ -420,7 +420,7 @@ def _child(keys, args, fallback: bool) -> list[dict] | None:
     return None
 
 
-def _run_groups(keys, args, fallback: bool) -> dict[str, dict]:
+def _run_groups(keys, args, fallback: bool, progress=None) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for i in range(0, len(keys), args.group):
         group = keys[i:i + args.group]
@@ -433,6 +433,8 @@ def _run_groups(keys, args, fallback: bool) -> dict[str, dict]:
         for r in res:
             out[r["op"]] = r
         print(f"[opinfo] {min(i + args.group, len(keys))}/{len(keys)} ops", flush=True)
+        if progress is not None:
+            progress(out)
     return out
 
 
@@ -522,7 +524,13 @@ def main(argv=None) -> int:
         core = _core_names()
         keys = [k for k in keys if k.split(".")[0] in core]
     t0 = time.time()
-    results = _run_groups(keys, args, fallback=False)
+    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
+
+    def save_partial(partial):
+        with open(args.report + ".partial", "w") as f:
+            json.dump({"ops": partial}, f)
+
+    results = _run_groups(keys, args, fallback=False, progress=save_partial)
     fallback_results: dict[str, dict] = {}
     if not args.no_fallback_pass:
         failing = [k for k in keys if _status(results[k], "float32") in ("unsupported", "error")]
@@ -532,9 +540,10 @@ def main(argv=None) -> int:
     summary = summarize(results, _core_names(), fallback_results)
     summary["seconds"] = round(time.time() - t0, 1)
     report = {"summary": summary, "ops": results}
-    os.makedirs(os.path.dirname(os.path.abspath(args.report)), exist_ok=True)
     with open(args.report, "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
+    if os.path.exists(args.report + ".partial"):
+        os.remove(args.report + ".partial")
     s = summary
     print(
         f"opinfo: {s['ops']} ops ({s['core_ops']} core) | float32 forward: core "
