@@ -99,9 +99,10 @@ Runtime::Runtime(const RuntimeConfig& config) {
   checks_.resize(client_->devices().size());
   std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
   if (cache_dir.empty()) cache_dir = config.cache_dir;
+  // XLA_FLAGS changes what the plugin compiles, so it is part of the key.
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
-                               "|" + std::to_string(client_->devices().size());
+                               "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
   cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir);
   const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");
   if (!blocking.empty() && blocking != "0") mode_ = ExecutionMode::Debug;

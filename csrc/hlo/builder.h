@@ -137,7 +137,8 @@ class Builder {
                       const Dims& base_dilation, const Dims& window_dilation,
                       const std::vector<std::pair<int64_t, int64_t>>& padding,
                       std::string_view combiner);
-  // Sort `inputs` along `dim`; `comparator` gets 2*n scalars (lhs_i, rhs_i).
+  // Sort `inputs` along `dim`; `comparator` gets 2*n scalars, a (lhs, rhs)
+  // pair per input: (lhs_0, rhs_0, lhs_1, rhs_1, ...).
   std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dim, bool stable,
                           const RegionBody& comparator);
   Value convolution(Value lhs, Value rhs, const Dims& strides,

@@ -202,7 +202,7 @@ std::vector<Value> lower_randperm(Context& c) {
   Value keys = random_bits(c, 1, {n}, DType::U64);
   Value idx = b.iota(Type{DType::I64, {n}}, 0);
   auto r = b.sort({keys, idx}, 0, true, [](Builder& rb, const std::vector<Value>& a) {
-    return std::vector<Value>{rb.compare(Cmp::LT, a[0], a[2])};
+    return std::vector<Value>{rb.compare(Cmp::LT, a[0], a[1])};
   });
   return one(b.convert(r[1], to_hlo(t)));
 }
@@ -240,7 +240,7 @@ std::vector<Value> lower_multinomial(Context& c) {
     Value key = b.div(b.neg(b.unary("stablehlo.log", u)), p);
     Value idx = b.iota(Type{DType::I64, {rows, n}}, 1);
     auto r = b.sort({key, idx}, 1, true, [](Builder& rb, const std::vector<Value>& a) {
-      return std::vector<Value>{rb.compare(Cmp::LT, a[0], a[2])};
+      return std::vector<Value>{rb.compare(Cmp::LT, a[0], a[1])};
     });
     out = b.slice(r[1], {0, 0}, {rows, s});
   }

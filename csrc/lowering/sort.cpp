@@ -24,7 +24,7 @@ Value precedes(Builder& b, Value x, Value y, bool descending) {
 std::pair<Value, Value> sort_with_indices(Builder& b, Value x, int64_t dim, bool descending) {
   Value idx = b.iota(Type{DType::I64, b.dims(x)}, dim);
   auto r = b.sort({x, idx}, dim, true, [descending](Builder& rb, const std::vector<Value>& a) {
-    return std::vector<Value>{precedes(rb, a[0], a[2], descending)};
+    return std::vector<Value>{precedes(rb, a[0], a[1], descending)};
   });
   return {r[0], r[1]};
 }

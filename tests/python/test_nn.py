@@ -1,0 +1,168 @@
+"""nn building blocks on tpu against CPU, forward and backward."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import assert_same
+
+
+def check(fn, *inputs, rtol=1e-4, atol=1e-5, grad=True):
+    """fn on CPU and tpu: outputs and input gradients match."""
+    torch.manual_seed(0)
+    cpu_in = [x.detach().clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    tpu_in = [x.detach().to("tpu").requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    out_c, out_t = fn(*cpu_in), fn(*tpu_in)
+    if isinstance(out_c, torch.Tensor):
+        out_c, out_t = (out_c,), (out_t,)
+    for a, b in zip(out_t, out_c):
+        assert_same(a, b, rtol=rtol, atol=atol)
+    if grad:
+        g = torch.Generator().manual_seed(1)
+        gs = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in out_c if o.requires_grad]
+        diff_c = [o for o in out_c if o.requires_grad]
+        diff_t = [o for o in out_t if o.requires_grad]
+        if diff_c:
+            torch.autograd.backward(diff_c, gs)
+            torch.autograd.backward(diff_t, [x.to("tpu") for x in gs])
+            for a, b in zip(tpu_in, cpu_in):
+                if b.grad is not None:
+                    assert_same(a.grad, b.grad, rtol=rtol * 10, atol=atol * 10)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1), dict(dilation=2, padding=2), dict(groups=3)],
+                         ids=str)
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_conv(kw, dims):
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
+    x = torch.randn(2, 6, *([7] * dims))
+    w = torch.randn(9, 6 // kw.get("groups", 1), *([3] * dims))
+    b = torch.randn(9)
+    check(lambda x, w, b: conv(x, w, b, **kw), x, w, b)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1, output_padding=1), dict(groups=2, dilation=2)],
+                         ids=str)
+def test_conv_transpose(kw):
+    x = torch.randn(2, 4, 5, 6)
+    w = torch.randn(4, 6 // kw.get("groups", 1), 3, 3)
+    check(lambda x, w: F.conv_transpose2d(x, w, **kw), x, w)
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=2, dilation=2)],
+                         ids=str)
+def test_max_pool(kw):
+    x = torch.randn(2, 3, 9, 8)
+    check(lambda x: F.max_pool2d(x, return_indices=True, **kw), x)
+    check(lambda x: F.max_pool1d(x, **kw), torch.randn(2, 3, 11))
+    check(lambda x: F.max_pool3d(x, **kw), torch.randn(1, 2, 7, 6, 8))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                                dict(kernel_size=3, stride=2, ceil_mode=True), dict(kernel_size=2, divisor_override=3)],
+                         ids=str)
+def test_avg_pool(kw):
+    check(lambda x: F.avg_pool2d(x, **kw), torch.randn(2, 3, 9, 8))
+    check(lambda x: F.avg_pool3d(x, **kw), torch.randn(1, 2, 7, 6, 8))
+
+
+@pytest.mark.parametrize("out", [(1, 1), (3, 4), (5, 7)])
+def test_adaptive_pools(out):
+    x = torch.randn(2, 3, 10, 9)
+    check(lambda x: F.adaptive_avg_pool2d(x, out), x)
+    check(lambda x: F.adaptive_max_pool2d(x, out, return_indices=True), x)
+
+
+def test_norms():
+    x = torch.randn(4, 6, 5, 5)
+    w, b = torch.randn(6), torch.randn(6)
+    check(lambda x, w, b: F.layer_norm(x, (5, 5), None, None), x, w, b)
+    check(lambda x, w, b: F.layer_norm(x.transpose(1, 3), (6,), w, b), x, w, b)
+    check(lambda x, w, b: F.group_norm(x, 3, w, b), x, w, b)
+    check(lambda x, w, b: F.rms_norm(x.transpose(1, 3), (6,), w), x, w, b)
+    rm, rv = torch.randn(6), torch.rand(6) + 0.5
+    check(lambda x, w, b: F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=False), x, w, b)
+    check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
+
+
+def test_batch_norm_updates_running_stats():
+    torch.manual_seed(0)
+    bn_c = torch.nn.BatchNorm1d(5)
+    bn_t = torch.nn.BatchNorm1d(5).to("tpu")
+    for _ in range(3):
+        x = torch.randn(8, 5)
+        assert_same(bn_t(x.to("tpu")), bn_c(x), rtol=1e-4, atol=1e-5)
+    assert_same(bn_t.running_mean, bn_c.running_mean, rtol=1e-5, atol=1e-6)
+    assert_same(bn_t.running_var, bn_c.running_var, rtol=1e-5, atol=1e-6)
+    assert bn_t.num_batches_tracked.item() == 3
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses(reduction):
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    t = torch.tensor([0, 4, 2, 2, 1, 3])
+    check(lambda x: F.cross_entropy(x, t.to(x.device), reduction=reduction), x)
+    check(lambda x: F.cross_entropy(x, t.to(x.device), weight=torch.arange(1.0, 6).to(x.device),
+                                    ignore_index=2, reduction=reduction), x)
+    check(lambda x: F.cross_entropy(x, t.to(x.device), label_smoothing=0.1, reduction=reduction), x)
+    check(lambda x, y: F.mse_loss(x, y, reduction=reduction), x, y)
+    check(lambda x, y: F.l1_loss(x, y, reduction=reduction), x, y)
+    check(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=0.5), x, y)
+    check(lambda x, y: F.huber_loss(x, y, reduction=reduction, delta=0.7), x, y)
+    p = torch.rand(6, 5) * 0.9 + 0.05
+    check(lambda p, y: F.binary_cross_entropy(p, y.sigmoid(), reduction=reduction), p, y)
+    check(lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid(), reduction=reduction), x, y)
+    img = torch.randn(2, 4, 3, 3)
+    tgt = torch.randint(0, 4, (2, 3, 3))
+    check(lambda x: F.cross_entropy(x, tgt.to(x.device), reduction=reduction), img)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", "mish", "elu", "leaky_relu", "hardtanh", "hardswish",
+                                 "hardsigmoid", "softplus", "logsigmoid", "tanh", "sigmoid", "selu", "celu",
+                                 "softsign", "tanhshrink", "hardshrink", "softshrink", "relu6", "glu"])
+def test_activations(act):
+    x = torch.randn(4, 6) * 3
+    check(getattr(F, act), x)
+
+
+def test_gelu_tanh_and_prelu():
+    x = torch.randn(5, 4) * 3
+    check(lambda x: F.gelu(x, approximate="tanh"), x)
+    check(lambda x, w: F.prelu(x, w), x, torch.rand(4))
+
+
+@pytest.mark.parametrize("mode,kw", [("nearest", {}), ("bilinear", dict(align_corners=False)),
+                                     ("bilinear", dict(align_corners=True)), ("nearest-exact", {})],
+                         ids=str)
+def test_upsample(mode, kw):
+    x = torch.randn(2, 3, 5, 4)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode=mode, **kw), x)
+    check(lambda x: F.interpolate(x, size=(7, 3), mode=mode, **kw), x)
+
+
+def test_embedding_and_backward():
+    w = torch.randn(10, 4)
+    idx = torch.tensor([[1, 2, 4], [4, 3, 9]])
+    check(lambda w: F.embedding(idx.to(w.device), w, padding_idx=2), w)
+    check(lambda w: F.embedding(idx.to(w.device), w, scale_grad_by_freq=True), w)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_scaled_dot_product_attention(causal):
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    if causal:
+        k, v = k[:, :, :5], v[:, :, :5]
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
+    mask = torch.rand(5, k.shape[2]) > 0.3
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.device)), q, k, v)
+
+
+def test_transformer_layer():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 6, 16)
+    out_c = layer(x)
+    out_t = layer.to("tpu")(x.to("tpu"))
+    assert_same(out_t, out_c, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,120 @@
+"""Random numbers on the device: reproducible under seeding, with the right
+distributions (checked with simple statistics on large samples)."""
+
+import math
+
+import pytest
+import torch
+
+N = 200_000
+
+
+def seeded(fn, seed=1234):
+    torch.manual_seed(seed)
+    return fn()
+
+
+SAMPLERS = {
+    "rand": lambda: torch.rand(N, device="tpu"),
+    "randn": lambda: torch.randn(N, device="tpu"),
+    "randint": lambda: torch.randint(3, 17, (N,), device="tpu"),
+    "uniform_": lambda: torch.empty(N, device="tpu").uniform_(-2, 5),
+    "normal_": lambda: torch.empty(N, device="tpu").normal_(3, 0.5),
+    "bernoulli_": lambda: torch.empty(N, device="tpu").bernoulli_(0.3),
+    "bernoulli": lambda: torch.bernoulli(torch.full((N,), 0.7, device="tpu")),
+    "exponential_": lambda: torch.empty(N, device="tpu").exponential_(2.0),
+    "dropout": lambda: torch.nn.functional.dropout(torch.ones(N, device="tpu"), 0.25),
+    "randperm": lambda: torch.randperm(1000, device="tpu"),
+    "multinomial": lambda: torch.multinomial(torch.tensor([0.1, 0.2, 0.7], device="tpu"), N, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_seeding_reproduces_and_streams_differ(name):
+    a = seeded(SAMPLERS[name]).cpu()
+    b = seeded(SAMPLERS[name]).cpu()
+    c = seeded(SAMPLERS[name], seed=99).cpu()
+    assert a.device.type == "cpu"
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    # two draws in a row differ
+    torch.manual_seed(5)
+    assert not torch.equal(SAMPLERS[name]().cpu(), SAMPLERS[name]().cpu())
+
+
+def close(value, expected, tol):
+    assert abs(value - expected) < tol, (value, expected)
+
+
+def test_uniform_statistics():
+    x = seeded(lambda: torch.empty(N, device="tpu").uniform_(-2, 5)).cpu().double()
+    assert x.min() >= -2 and x.max() < 5
+    close(x.mean().item(), 1.5, 0.03)
+    close(x.var().item(), 49 / 12, 0.05)
+    u = seeded(lambda: torch.rand(N, device="tpu", dtype=torch.bfloat16)).cpu()
+    assert u.min() >= 0 and u.max() < 1
+    d = seeded(lambda: torch.rand(N, device="tpu", dtype=torch.float64)).cpu()
+    close(d.mean().item(), 0.5, 0.005)
+
+
+def test_normal_statistics():
+    x = seeded(lambda: torch.empty(N, device="tpu").normal_(3, 0.5)).cpu().double()
+    close(x.mean().item(), 3.0, 0.01)
+    close(x.std().item(), 0.5, 0.01)
+    z = seeded(lambda: torch.randn(N, device="tpu")).cpu().double()
+    close(((z > 1.96).double().mean()).item(), 0.025, 0.003)
+    assert torch.isfinite(z).all()
+    m = torch.normal(torch.tensor([0.0, 10.0], device="tpu").repeat(N // 2), 1.0).cpu()
+    close(m[1::2].mean().item(), 10.0, 0.02)
+
+
+def test_integer_and_bernoulli_statistics():
+    r = seeded(lambda: torch.randint(3, 17, (N,), device="tpu")).cpu()
+    assert r.dtype == torch.int64 and r.min() == 3 and r.max() == 16
+    counts = torch.bincount(r - 3)
+    assert counts.min() > N / 14 * 0.9
+    b = seeded(lambda: torch.empty(N, device="tpu").bernoulli_(0.3)).cpu()
+    assert set(b.unique().tolist()) == {0.0, 1.0}
+    close(b.mean().item(), 0.3, 0.01)
+    e = seeded(lambda: torch.empty(N, device="tpu").exponential_(2.0)).cpu().double()
+    assert e.min() >= 0
+    close(e.mean().item(), 0.5, 0.01)
+
+
+def test_dropout_keeps_expectation_and_masks():
+    y = seeded(lambda: torch.nn.functional.dropout(torch.ones(N, device="tpu"), 0.25)).cpu()
+    kept = y != 0
+    close(kept.double().mean().item(), 0.75, 0.01)
+    assert torch.allclose(y[kept], torch.tensor(1 / 0.75))
+    x = torch.randn(100, device="tpu")
+    assert torch.equal(torch.nn.functional.dropout(x, 0.5, training=False).cpu(), x.cpu())
+
+
+def test_randperm_and_multinomial():
+    p = seeded(lambda: torch.randperm(1000, device="tpu")).cpu()
+    assert torch.equal(p.sort().values, torch.arange(1000))
+    m = seeded(lambda: torch.multinomial(torch.tensor([0.1, 0.2, 0.7], device="tpu"), N, True)).cpu()
+    freq = torch.bincount(m, minlength=3).double() / N
+    assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64), atol=0.01)
+    w = seeded(lambda: torch.multinomial(torch.tensor([[1.0, 0, 3, 2]] * 4, device="tpu"), 3)).cpu()
+    for row in w:
+        assert len(set(row.tolist())) == 3 and 1 not in row.tolist()
+
+
+def test_rng_state_round_trip_replays_a_sequence():
+    torch.tpu.manual_seed(11)
+    state = torch.tpu.get_rng_state()
+    first = [torch.randn(4, device="tpu").cpu() for _ in range(3)]
+    torch.tpu.set_rng_state(state)
+    again = [torch.randn(4, device="tpu").cpu() for _ in range(3)]
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
+def test_generator_objects():
+    g1 = torch.Generator(device="tpu").manual_seed(3)
+    g2 = torch.Generator(device="tpu").manual_seed(3)
+    a = torch.rand(8, device="tpu", generator=g1).cpu()
+    b = torch.rand(8, device="tpu", generator=g2).cpu()
+    assert torch.equal(a, b)
+    assert not torch.equal(torch.rand(8, device="tpu", generator=g1).cpu(), a)
