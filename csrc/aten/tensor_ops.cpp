@@ -5,6 +5,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/result_type.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 
@@ -233,6 +234,22 @@ at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_
   at::Tensor out = at::empty_like(self, self.options(), memory_format);
   if (self.numel() > 0) copy_on_device(self, out);
   return out;
+}
+
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              self.device(), " and ", other.device(), "!");
+  if (self.sizes() != other.sizes()) return false;
+  if (self.numel() == 0) return true;
+  EagerProgram p(tpu_index(self));
+  hlo::Builder& b = p.builder();
+  const hlo::DType t = to_hlo(at::result_type(self, other));
+  Value eq = b.compare(hlo::Cmp::EQ, b.convert(p.input(self), t), b.convert(p.input(other), t));
+  hlo::Dims all;
+  for (int64_t d = 0; d < self.dim(); ++d) all.push_back(d);
+  Value r = all.empty() ? eq : b.reduce(eq, b.constant_bool(true), all, "stablehlo.and");
+  return p.evaluate_int(r) != 0;
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {

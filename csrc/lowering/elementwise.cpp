@@ -256,10 +256,6 @@ Value sinc_(Builder& b, Value x) {
   Value r = b.div(b.unary("stablehlo.sine", px), px);
   return b.select(b.compare(Cmp::EQ, x, b.zeros(b.type(x))), full_like(b, 1.0, x), r);
 }
-Value i0_(Builder& b, Value x) {
-  // i0(x) = i0e(x) * exp(|x|)
-  return b.mul(b.unary("chlo.bessel_i0e", x), b.unary("stablehlo.exponential", b.abs(x)));
-}
 Value erfcx_(Builder& b, Value x) {
   return b.mul(b.unary("stablehlo.exponential", b.mul(x, x)), b.unary("chlo.erfc", x));
 }
@@ -551,9 +547,36 @@ std::vector<Value> lower_mvlgamma(Context& c) {
   return one(cast(b, r, t));
 }
 
+// isin(elements, test_elements | test_element, assume_unique, invert)
+std::vector<Value> lower_isin(Context& c) {
+  Builder& b = c.b;
+  ResultType r;
+  promote_arg(r, c, 0);
+  promote_arg(r, c, 1);
+  const at::ScalarType t = r.get();
+  Value e = c.args.is_tensor(0) ? cast(b, c.args.tensor(0), t) : c.args.scalar_value(0, to_hlo(t));
+  const Dims shape = b.dims(e);
+  const int64_t n = Type{DType::I64, shape}.numel();
+  Value test = c.args.is_tensor(1) ? cast(b, c.args.tensor(1), t) : c.args.scalar_value(1, to_hlo(t));
+  const int64_t m = b.type(test).numel();
+  Value found;
+  if (m == 0) {
+    found = b.broadcast_in_dim(b.constant_bool(false), shape, {});
+  } else {
+    Value flat_e = b.broadcast_in_dim(b.reshape(e, {n}), {n, m}, {0});
+    Value flat_t = b.broadcast_in_dim(b.reshape(test, {m}), {n, m}, {1});
+    found = b.reshape(b.reduce(b.compare(Cmp::EQ, flat_e, flat_t), b.constant_bool(false), {1}, "stablehlo.or"), shape);
+  }
+  const bool invert = c.args.has(3) && c.args.bool_(3);
+  return one(invert ? b.not_(found) : found);
+}
+
 }  // namespace
 
 TPU_LOWERINGS(elementwise) {
+  reg("aten::isin.Tensor_Tensor", lower_isin);
+  reg("aten::isin.Tensor_Scalar", lower_isin);
+  reg("aten::isin.Scalar_Tensor", lower_isin);
   // Arithmetic.
   reg("aten::add.Tensor", lower_add);
   reg("aten::add.Scalar", lower_add);
@@ -694,9 +717,6 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::digamma", [](Context& c) { return unary_float(c, "chlo.digamma"); });
   reg("aten::polygamma", lower_polygamma);
   reg("aten::mvlgamma", lower_mvlgamma);
-  reg("aten::i0", [](Context& c) { return unary_float_with(c, i0_); });
-  reg("aten::special_i0e", [](Context& c) { return unary_float(c, "chlo.bessel_i0e"); });
-  reg("aten::special_i1e", [](Context& c) { return unary_float(c, "chlo.bessel_i1e"); });
   reg("aten::special_erfcx", [](Context& c) { return unary_float_with(c, erfcx_); });
   reg("aten::special_entr", [](Context& c) { return unary_float_with(c, entr_); });
   reg("aten::sinc", [](Context& c) { return unary_float_with(c, sinc_); });

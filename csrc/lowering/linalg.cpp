@@ -1,4 +1,6 @@
 // Matrix products: mm, bmm, addmm.
+#include <cmath>
+
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
@@ -96,9 +98,276 @@ std::vector<Value> lower_mv(Context& c) {
   return one(contract(c, c.args.tensor(0), c.args.tensor(1), {}, 1, 0, m.dtype));
 }
 
+// linalg_cross(self, other, dim): the 3-vector cross product along dim.
+std::vector<Value> lower_cross(Context& c) {
+  ResultType r;
+  r.tensor(c.args.info(0)).tensor(c.args.info(1));
+  const at::ScalarType t = r.get();
+  const Dims shape = broadcast_shapes(c.args.info(0).sizes, c.args.info(1).sizes);
+  const int64_t dim = wrap_dim(c.args.int_(2), static_cast<int64_t>(shape.size()));
+  TORCH_CHECK(shape[dim] == 3, "linalg.cross: inputs dimension ", dim, " must have length 3. Got ",
+              c.args.info(0).sizes.empty() ? 0 : shape[dim], " and ", shape[dim]);
+  Builder& b = c.b;
+  Value x = b.broadcast_to(cast(b, c.args.tensor(0), t), shape);
+  Value y = b.broadcast_to(cast(b, c.args.tensor(1), t), shape);
+  auto part = [&](Value v, int64_t i) { return b.slice_dim(v, dim, i, i + 1); };
+  Value c0 = b.sub(b.mul(part(x, 1), part(y, 2)), b.mul(part(x, 2), part(y, 1)));
+  Value c1 = b.sub(b.mul(part(x, 2), part(y, 0)), b.mul(part(x, 0), part(y, 2)));
+  Value c2 = b.sub(b.mul(part(x, 0), part(y, 1)), b.mul(part(x, 1), part(y, 0)));
+  return one(b.concatenate({c0, c1, c2}, dim));
+}
+
+// Pairwise |x1_i - x2_j| over the last dim: [..., P, R, M].
+Value pairwise_diff(Builder& b, Value x1, Value x2) {
+  const Dims& d1 = b.dims(x1);
+  const Dims& d2 = b.dims(x2);
+  const int64_t r = b.rank(x1);
+  Dims out(d1.begin(), d1.end() - 2);
+  out.push_back(d1[r - 2]);
+  out.push_back(d2[r - 2]);
+  out.push_back(d1[r - 1]);
+  Dims map1, map2;
+  for (int64_t i = 0; i < r - 2; ++i) {
+    map1.push_back(i);
+    map2.push_back(i);
+  }
+  map1.push_back(r - 2);
+  map1.push_back(r);
+  map2.push_back(r - 1);
+  map2.push_back(r);
+  return b.sub(b.broadcast_in_dim(x1, out, map1), b.broadcast_in_dim(x2, out, map2));
+}
+
+// The p-norm distance from per-component differences (last dim).
+Value p_distance(Builder& b, Value diff, double p) {
+  const int64_t last = b.rank(diff) - 1;
+  Value a = b.abs(diff);
+  const DType dt = b.dtype(a);
+  if (p == 0) return sum_over(b, b.convert(b.compare(hlo::Cmp::NE, a, b.zeros(b.type(a))), dt), {last});
+  if (std::isinf(p)) return b.reduce(a, b.zeros(Type{dt, {}}), {last}, "stablehlo.maximum");
+  if (p == 1) return sum_over(b, a, {last});
+  if (p == 2) return b.unary("stablehlo.sqrt", sum_over(b, b.mul(a, a), {last}));
+  Value s = sum_over(b, b.pow(a, b.full(p, dt, b.dims(a))), {last});
+  return b.pow(s, b.full(1.0 / p, dt, b.dims(s)));
+}
+
+// _cdist_forward(x1 [.., P, M], x2 [.., R, M], p, compute_mode)
+std::vector<Value> lower_cdist(Context& c) {
+  const TensorInfo& a = c.args.info(0);
+  const TensorInfo& bi = c.args.info(1);
+  const double p = c.args.double_(2);
+  TORCH_CHECK(p >= 0, "cdist only supports non-negative p values");
+  const int64_t mode = c.args.has(3) ? c.args.int_(3) : 0;
+  Builder& b = c.b;
+  const at::ScalarType t = a.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  Value x1 = b.convert(c.args.tensor(0), ct), x2 = b.convert(c.args.tensor(1), ct);
+  const int64_t r = a.dim();
+  const int64_t P = a.sizes[r - 2], R = bi.sizes[r - 2];
+  const bool use_mm = p == 2 && (mode == 1 || (mode == 0 && (P > 25 || R > 25)));
+  if (use_mm) {
+    // |x1|^2 - 2 x1.x2 + |x2|^2, clamped at 0 (PyTorch's formulation).
+    Dims batch;
+    for (int64_t i = 0; i < r - 2; ++i) batch.push_back(i);
+    Value n1 = sum_over(b, b.mul(x1, x1), {r - 1});
+    Value n2 = sum_over(b, b.mul(x2, x2), {r - 1});
+    Value dot = b.dot_general(x1, x2, batch, batch, {r - 1}, {r - 1}, ct, true);
+    const Dims& od = b.dims(dot);
+    Dims b1 = batch, b2 = batch;
+    b1.push_back(r - 2);
+    b2.push_back(r - 1);
+    Value sq = b.add(b.sub(b.broadcast_in_dim(n1, od, b1), b.mul(b.full(2, ct, od), dot)), b.broadcast_in_dim(n2, od, b2));
+    return one(cast(b, b.unary("stablehlo.sqrt", b.max(sq, b.zeros(Type{ct, od}))), t));
+  }
+  return one(cast(b, p_distance(b, pairwise_diff(b, x1, x2), p), t));
+}
+
+// d dist / d x1 for distances `dist` [.., P, R]: sum_j g_ij * f(diff_ij, dist_ij).
+Value cdist_grad(Builder& b, Value g, Value x1, Value x2, Value dist, double p) {
+  Value diff = pairwise_diff(b, x1, x2);
+  const Dims& dd = b.dims(diff);
+  const int64_t r = b.rank(diff);
+  Dims keep;
+  for (int64_t i = 0; i < r - 1; ++i) keep.push_back(i);
+  Value gb = b.broadcast_in_dim(g, dd, keep);
+  Value db = b.broadcast_in_dim(dist, dd, keep);
+  Value zero = b.zeros(b.type(diff));
+  Value sign = b.unary("stablehlo.sign", diff);
+  Value a = b.abs(diff);
+  Value f;
+  if (p == 0) {
+    f = zero;
+  } else if (p == 1) {
+    f = sign;
+  } else if (std::isinf(p)) {
+    f = b.select(b.compare(hlo::Cmp::EQ, a, db), sign, zero);
+  } else if (p == 2) {
+    f = b.div(diff, db);
+  } else {
+    f = b.div(b.mul(sign, b.pow(a, b.full(p - 1, b.dtype(a), dd))), b.pow(db, b.full(p - 1, b.dtype(a), dd)));
+  }
+  f = b.select(b.compare(hlo::Cmp::EQ, db, zero), zero, f);
+  return sum_over(b, b.mul(gb, f), {r - 2});
+}
+
+// _cdist_backward(grad, x1, x2, p, cdist) -> grad of x1
+std::vector<Value> lower_cdist_backward(Context& c) {
+  const at::ScalarType t = c.args.info(1).dtype;
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(t));
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value r = cdist_grad(b, g, b.convert(c.args.tensor(1), ct), b.convert(c.args.tensor(2), ct),
+                       b.convert(c.args.tensor(4), ct), c.args.double_(3));
+  return one(cast(b, r, t));
+}
+
+// Row-major pairs (i, j), i < j, of n points.
+void upper_pairs(int64_t n, std::vector<int64_t>* rows, std::vector<int64_t>* cols) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = i + 1; j < n; ++j) {
+      rows->push_back(i);
+      cols->push_back(j);
+    }
+  }
+}
+
+// _pdist_forward(self [N, M], p) -> [N (N - 1) / 2]
+std::vector<Value> lower_pdist(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() == 2, "pdist only supports 2D tensors, got: ", in.dim(), "D");
+  const double p = c.args.double_(1);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const int64_t n = in.sizes[0];
+  std::vector<int64_t> rows, cols;
+  upper_pairs(n, &rows, &cols);
+  const int64_t k = static_cast<int64_t>(rows.size());
+  if (k == 0) return one(b.zeros(Type{to_hlo(t), {0}}));
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value full = p_distance(b, pairwise_diff(b, x, x), p);  // [N, N]
+  Value coords = b.concatenate({b.constant_i64s(rows, {k, 1}), b.constant_i64s(cols, {k, 1})}, 1);
+  Builder::GatherDims dn;
+  dn.collapsed_slice_dims = {0, 1};
+  dn.start_index_map = {0, 1};
+  dn.index_vector_dim = 1;
+  return one(cast(b, b.gather(full, coords, dn, {1, 1}, {k}), t));
+}
+
+// _pdist_backward(grad, self, p, pdist)
+std::vector<Value> lower_pdist_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const double p = c.args.double_(2);
+  Builder& b = c.b;
+  const at::ScalarType t = in.dtype;
+  const DType ct = to_hlo(opmath_type(t));
+  const int64_t n = in.sizes[0];
+  std::vector<int64_t> rows, cols;
+  upper_pairs(n, &rows, &cols);
+  const int64_t k = static_cast<int64_t>(rows.size());
+  Value x = b.convert(c.args.tensor(1), ct);
+  if (k == 0) return one(cast(b, b.zeros(b.type(x)), t));
+  // Symmetric [N, N] matrices of the gradients and distances.
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = {0, 1};
+  dn.scatter_dims_to_operand_dims = {0, 1};
+  dn.index_vector_dim = 1;
+  auto symmetric = [&](Value v) {
+    Value upper = b.concatenate({b.constant_i64s(rows, {k, 1}), b.constant_i64s(cols, {k, 1})}, 1);
+    Value lower = b.concatenate({b.constant_i64s(cols, {k, 1}), b.constant_i64s(rows, {k, 1})}, 1);
+    Value m = b.scatter(b.zeros(Type{ct, {n, n}}), upper, v, dn, nullptr);
+    return b.scatter(m, lower, v, dn, nullptr);
+  };
+  Value g = symmetric(b.convert(c.args.tensor(0), ct));
+  Value d = symmetric(b.convert(c.args.tensor(3), ct));
+  return one(cast(b, cdist_grad(b, g, x, x, d, p), t));
+}
+
+Value cholesky_value(Builder& b, Value a, bool upper) {
+  Value l = b.emit1("stablehlo.cholesky", {a}, b.type(a), "lower = true");
+  // stablehlo.cholesky leaves the other triangle unspecified: zero it.
+  const Dims& d = b.dims(a);
+  const int64_t r = b.rank(a);
+  const Type it{DType::I64, d};
+  Value keep = b.compare(hlo::Cmp::GE, b.iota(it, r - 2), b.iota(it, r - 1));
+  l = b.select(keep, l, b.zeros(b.type(l)));
+  if (!upper) return l;
+  Dims perm;
+  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
+  perm.push_back(r - 1);
+  perm.push_back(r - 2);
+  return b.transpose(l, perm);
+}
+
+// linalg_cholesky_ex(self, upper, check_errors) -> (L, info): info is the
+// (1-based) first row that came out NaN, i.e. where positive-definiteness failed.
+std::vector<Value> lower_cholesky_ex(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() >= 2 && in.sizes[in.dim() - 1] == in.sizes[in.dim() - 2],
+              "linalg.cholesky: A must be batches of square matrices, but they are ",
+              in.sizes[in.dim() - 2], " by ", in.sizes[in.dim() - 1], " matrices");
+  TORCH_CHECK(!c.args.bool_(2), "linalg.cholesky_ex with check_errors=True");
+  Builder& b = c.b;
+  const bool upper = c.args.bool_(1);
+  Value l = cholesky_value(b, c.args.tensor(0), false);
+  const int64_t r = in.dim();
+  const int64_t n = in.sizes[r - 1];
+  Dims batch(in.sizes.begin(), in.sizes.end() - 2);
+  Value info = b.zeros(Type{DType::I32, batch});
+  if (n > 0) {
+    Value bad_row = b.reduce(b.compare(hlo::Cmp::NE, l, l), b.constant_bool(false), {r - 1}, "stablehlo.or");
+    Value idx = b.iota(Type{DType::I32, b.dims(bad_row)}, r - 2);
+    Value first = b.reduce(b.select(bad_row, idx, b.full_int(n, DType::I32, b.dims(bad_row))),
+                           b.constant_int(n, DType::I32), {r - 2}, "stablehlo.minimum");
+    info = b.select(b.compare(hlo::Cmp::LT, first, b.full_int(n, DType::I32, batch)),
+                    b.add(first, b.full_int(1, DType::I32, batch)), info);
+  }
+  if (upper) l = cholesky_value(b, c.args.tensor(0), true);
+  return {l, info};
+}
+
+Value triangular_solve_value(Builder& b, Value a, Value rhs, bool left, bool lower, bool unit, bool transpose) {
+  std::string attrs = std::string("left_side = ") + (left ? "true" : "false") +
+                      ", lower = " + (lower ? "true" : "false") +
+                      ", transpose_a = #stablehlo<transpose " + (transpose ? "TRANSPOSE" : "NO_TRANSPOSE") +
+                      ">, unit_diagonal = " + (unit ? "true" : "false");
+  return b.emit1("stablehlo.triangular_solve", {a, rhs}, b.type(rhs), attrs);
+}
+
+// Broadcast the batch dims of A [.., n, n] and B [.., n, k] together.
+std::pair<Value, Value> batch_pair(Builder& b, Value a, Value rhs) {
+  const Dims& da = b.dims(a);
+  const Dims& db = b.dims(rhs);
+  Dims ba(da.begin(), da.end() - 2), bb(db.begin(), db.end() - 2);
+  Dims batch = broadcast_shapes(ba, bb);
+  Dims fa = batch, fb = batch;
+  fa.insert(fa.end(), da.end() - 2, da.end());
+  fb.insert(fb.end(), db.end() - 2, db.end());
+  return {b.broadcast_to(a, fa), b.broadcast_to(rhs, fb)};
+}
+
 }  // namespace
 
 TPU_LOWERINGS(linalg) {
+  reg("aten::linalg_cross", lower_cross);
+  reg("aten::_cdist_forward", lower_cdist);
+  reg("aten::_cdist_backward", lower_cdist_backward);
+  reg("aten::_pdist_forward", lower_pdist);
+  reg("aten::_pdist_backward", lower_pdist_backward);
+  reg("aten::linalg_cholesky_ex", lower_cholesky_ex);
+  reg("aten::cholesky", [](Context& c) { return one(cholesky_value(c.b, c.args.tensor(0), c.args.bool_(1))); });
+  // triangular_solve(self=B, A, upper, transpose, unitriangular) -> (X, A)
+  reg("aten::triangular_solve", [](Context& c) {
+    auto [a, rhs] = batch_pair(c.b, c.args.tensor(1), c.args.tensor(0));
+    Value x = triangular_solve_value(c.b, a, rhs, true, !c.args.bool_(2), c.args.bool_(4), c.args.bool_(3));
+    return std::vector<Value>{x, a};
+  });
+  // linalg_solve_triangular(A, B, *, upper, left, unitriangular)
+  reg("aten::linalg_solve_triangular", [](Context& c) {
+    auto [a, rhs] = batch_pair(c.b, c.args.tensor(0), c.args.tensor(1));
+    const bool left = !c.args.has(3) || c.args.bool_(3);
+    return one(triangular_solve_value(c.b, a, rhs, left, !c.args.bool_(2), c.args.has(4) && c.args.bool_(4), false));
+  });
   reg("aten::dot", lower_dot);
   reg("aten::vdot", lower_dot);
   reg("aten::mv", lower_mv);

@@ -477,6 +477,8 @@ TPU_LOWERINGS(reduction) {
   reg("aten::linalg_vector_norm", lower_vector_norm);
   reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
   reg("aten::nansum", lower_nansum);
+  reg("aten::_is_all_true", [](Context& c) { return lower_all_any(c, true, false); });
+  reg("aten::_is_any_true", [](Context& c) { return lower_all_any(c, false, false); });
 }
 
 }  // namespace tpu::lowering

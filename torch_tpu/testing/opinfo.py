@@ -109,10 +109,14 @@ def _tolerances(dtype):
 
 
 class _Call:
-    """A sample's (input, args, kwargs) moved to a device."""
+    """A sample's (input, args, kwargs) moved to a device (factories' device
+    arguments included)."""
 
     def __init__(self, sample, device):
-        self.input, self.args, self.kwargs = _to((sample.input, tuple(sample.args), dict(sample.kwargs)), device)
+        kwargs = dict(sample.kwargs)
+        if kwargs.get("device") in ("cpu", "cpu:0") or str(kwargs.get("device")) == "cpu":
+            kwargs["device"] = device
+        self.input, self.args, self.kwargs = _to((sample.input, tuple(sample.args), kwargs), device)
 
 
 def _to(obj, device):
