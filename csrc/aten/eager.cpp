@@ -19,8 +19,22 @@ using lowering::to_hlo;
 
 namespace {
 
+// A complex rank-1 value as its interleaved (real, imag) parts, and back.
+Value complex_to_pairs(hlo::Builder& b, Value flat) {
+  const int64_t n = b.dims(flat)[0];
+  Value re = b.reshape(b.real(flat), {n, 1}), im = b.reshape(b.imag(flat), {n, 1});
+  return b.reshape(b.concatenate({re, im}, 1), {2 * n});
+}
+
+Value pairs_to_complex(hlo::Builder& b, Value flat) {
+  const int64_t n = b.dims(flat)[0] / 2;
+  Value pairs = b.reshape(b.slice(flat, {0}, {2 * n}), {n, 2});
+  return b.complex(b.reshape(b.slice_dim(pairs, 1, 0, 1), {n}), b.reshape(b.slice_dim(pairs, 1, 1, 2), {n}));
+}
+
 // Bytes of `flat` as ui8[n * width].
 Value to_bytes(hlo::Builder& b, Value flat) {
+  if (hlo::is_complex(b.dtype(flat))) flat = complex_to_pairs(b, flat);
   const DType dt = b.dtype(flat);
   if (dt == DType::U8) return flat;
   if (dt == DType::Pred || dt == DType::I8) return b.convert(flat, DType::U8);
@@ -30,6 +44,7 @@ Value to_bytes(hlo::Builder& b, Value flat) {
 }
 
 Value from_bytes(hlo::Builder& b, Value bytes, DType to) {
+  if (hlo::is_complex(to)) return pairs_to_complex(b, from_bytes(b, bytes, hlo::real_type(to)));
   if (to == DType::U8) return bytes;
   if (to == DType::Pred) {
     return b.compare(hlo::Cmp::NE, bytes, b.zeros(b.type(bytes)));
@@ -51,6 +66,12 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
     case DType::F32: put(static_cast<float>(s.toDouble())); break;
     case DType::F16: put(c10::Half(static_cast<float>(s.toDouble())).x); break;
     case DType::BF16: put(c10::BFloat16(static_cast<float>(s.toDouble())).x); break;
+    case DType::C64: {
+      const c10::complex<double> z = s.toComplexDouble();
+      const float parts[2] = {static_cast<float>(z.real()), static_cast<float>(z.imag())};
+      std::memcpy(&bits, parts, 8);
+      break;
+    }
     default: {
       TORCH_CHECK(hlo::is_int(dtype), "tpu: cannot pass a ", s.type(), " scalar as ",
                   hlo::mlir_name(dtype));
@@ -71,7 +92,10 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
 Value reinterpret_flat(hlo::Builder& b, Value flat, DType to) {
   const DType from = b.dtype(flat);
   if (from == to) return flat;
-  if (hlo::byte_width(from) == hlo::byte_width(to) && from != DType::Pred && to != DType::Pred) {
+  if (hlo::is_complex(from) && to == hlo::real_type(from)) return complex_to_pairs(b, flat);
+  if (hlo::is_complex(to) && from == hlo::real_type(to)) return pairs_to_complex(b, flat);
+  if (hlo::byte_width(from) == hlo::byte_width(to) && from != DType::Pred && to != DType::Pred &&
+      !hlo::is_complex(from) && !hlo::is_complex(to)) {
     return b.bitcast_convert(flat, to);
   }
   return from_bytes(b, to_bytes(b, flat), to);
@@ -130,14 +154,29 @@ Value EagerProgram::input(const at::Tensor& t) {
   Slot& s = slot_for(t);
   const DType dt = to_hlo(t.scalar_type());
   const Type& st = s.type;
+  Value v;
   if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 &&
       t.sizes().vec() == st.dims && t.is_contiguous()) {
-    return s.full;  // the storage value itself
+    v = s.full;  // the storage value itself
+  } else {
+    v = exec::read_strided(b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t));
   }
-  return exec::read_strided(b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t));
+  return apply_math_bits(t, v);
+}
+
+// Conjugate and negative views (x.conj(), x.imag of a conjugate) carry a bit
+// instead of new data: reading applies it, writing applies its inverse.
+Value EagerProgram::apply_math_bits(const at::Tensor& t, Value v) {
+  if (t.is_conj() && hlo::is_complex(b_.dtype(v))) v = b_.complex(b_.real(v), b_.neg(b_.imag(v)));
+  if (t.is_neg()) v = b_.neg(v);
+  return v;
 }
 
 Value EagerProgram::scalar(const c10::Scalar& s, DType dtype) {
+  if (dtype == DType::C128) {  // 16 bytes: two f64 operands
+    const c10::complex<double> z = s.toComplexDouble();
+    return b_.complex(scalar(z.real(), DType::F64), scalar(z.imag(), DType::F64));
+  }
   Value v = b_.param(Type{dtype, {}});
   args_.push_back(exec::Runtime::get().scalar_buffer(dtype, scalar_bits(s, dtype), device_));
   return v;
@@ -164,6 +203,7 @@ void EagerProgram::assign(const at::Tensor& dst, Value value) {
               "tpu: cannot write a tpu:", device_, " result into a tensor on ", dst.device());
   Slot& s = slot_for(dst);
   const DType dt = to_hlo(dst.scalar_type());
+  value = apply_math_bits(dst, value);  // both bits are involutions
   Value flat = flat_as(s, dt);
   s.flat = exec::write_strided(b_, flat, value, dst.sizes().vec(), dst.strides().vec(),
                                offset_of(dst));

@@ -58,6 +58,7 @@ class EagerProgram {
   Slot& slot_for(const at::Tensor& t);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t);
+  hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
 
   int device_;
   hlo::Builder b_;

@@ -36,6 +36,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("clone", TORCH_FN(clone));
   m.impl("equal", TORCH_FN(equal));
+  m.impl("conj_physical_", TORCH_FN(conj_physical_));
   // Views share the storage; only metadata changes.
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
@@ -43,6 +44,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
   m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+}
+
+}  // namespace tpu
+
+namespace tpu {
+
+// _copy_from's schema does not mark `dst` as written, so the conjugate and
+// negative-bit fallbacks would copy into a resolved clone of a conj() or
+// neg view and lose the write. Our kernel applies the bits itself
+// (EagerProgram::assign), so those keys pass straight through.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace tpu

@@ -75,7 +75,8 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
 pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
   TpuStorage::Value val = storage_of(t).value();
   const DType dt = to_hlo(t.scalar_type());
-  if (val.buffer && covers_storage(t) && val.type.dtype == dt && val.type.dims == t.sizes().vec()) {
+  if (val.buffer && covers_storage(t) && val.type.dtype == dt && val.type.dims == t.sizes().vec() &&
+      !t.is_conj() && !t.is_neg()) {
     return val.buffer;
   }
   EagerProgram p(tpu_index(t));
@@ -234,6 +235,17 @@ at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_
   at::Tensor out = at::empty_like(self, self.options(), memory_format);
   if (self.numel() > 0) copy_on_device(self, out);
   return out;
+}
+
+at::Tensor& conj_physical_(at::Tensor& self) {
+  if (!self.is_complex() || self.numel() == 0) return self;
+  EagerProgram p(tpu_index(self));
+  hlo::Builder& b = p.builder();
+  Value v = p.input(self);
+  p.assign(self, b.complex(b.real(v), b.neg(b.imag(v))));
+  p.text({});
+  p.run();
+  return self;
 }
 
 bool equal(const at::Tensor& self, const at::Tensor& other) {

@@ -31,6 +31,9 @@ at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst);
 // A copy with `memory_format`'s strides (preserve: self's, where dense).
 at::Tensor clone(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format);
 at::Scalar local_scalar_dense(const at::Tensor& self);
+// In-place complex conjugation (the conjugate-bit fallback uses it to
+// resolve in-place ops on x.conj() views).
+at::Tensor& conj_physical_(at::Tensor& self);
 // torch.equal: same shape and equal values (after type promotion).
 bool equal(const at::Tensor& self, const at::Tensor& other);
 

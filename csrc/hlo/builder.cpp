@@ -227,6 +227,10 @@ std::string Builder::module(const std::vector<Value>& results) const {
 // ---- constants ---------------------------------------------------------------
 
 Value Builder::constant(double value, DType dtype) {
+  if (is_complex(dtype)) {
+    const DType rt = real_type(dtype);
+    return emit1("stablehlo.complex", {constant(value, rt), constant(0, rt)}, Type{dtype, {}});
+  }
   if (dtype == DType::F16 || dtype == DType::BF16) {
     return convert(constant(value, DType::F32), dtype);
   }
@@ -252,7 +256,7 @@ Value Builder::constant(double value, DType dtype) {
 }
 
 Value Builder::constant_int(int64_t value, DType dtype) {
-  if (is_float(dtype)) return constant(static_cast<double>(value), dtype);
+  if (is_float(dtype) || is_complex(dtype)) return constant(static_cast<double>(value), dtype);
   if (dtype == DType::Pred) return constant_bool(value != 0);
   check(is_int(dtype), "constant", "unsupported dtype");
   Type t{dtype, {}};
@@ -410,9 +414,27 @@ Value Builder::clamp(Value lo, Value x, Value hi) {
   return emit1("stablehlo.clamp", {lo, x, hi}, type(x));
 }
 
+Value Builder::real(Value x) {
+  if (!is_complex(dtype(x))) return x;
+  return emit1("stablehlo.real", {x}, Type{real_type(dtype(x)), dims(x)});
+}
+
+Value Builder::imag(Value x) {
+  if (!is_complex(dtype(x))) return zeros(type(x));
+  return emit1("stablehlo.imag", {x}, Type{real_type(dtype(x)), dims(x)});
+}
+
+Value Builder::complex(Value re, Value im) {
+  check(type(re) == type(im) && (dtype(re) == DType::F32 || dtype(re) == DType::F64), "complex",
+        "parts must be f32 or f64 of one shape");
+  return emit1("stablehlo.complex", {re, im}, Type{dtype(re) == DType::F32 ? DType::C64 : DType::C128, dims(re)});
+}
+
 Value Builder::convert(Value x, DType to) {
   const DType from = dtype(x);
   if (from == to) return x;
+  // Complex to real keeps the real part (as PyTorch's casts do).
+  if (is_complex(from) && !is_complex(to)) return convert(real(x), to);
   // Float to narrow or unsigned integers: through a wide signed integer, so
   // that values wrap as C++ casts do on the host instead of saturating.
   if (is_float(from) && is_int(to) && to != DType::I32 && to != DType::I64) {

@@ -106,6 +106,10 @@ class Builder {
   Value select(Value pred, Value on_true, Value on_false);
   Value clamp(Value lo, Value x, Value hi);
   Value convert(Value x, DType to);
+  // Parts of complex values (real() and imag() of a real value: x and 0).
+  Value real(Value x);
+  Value imag(Value x);
+  Value complex(Value re, Value im);
   Value bitcast_convert(Value x, DType to);
   Value is_finite(Value x);
 

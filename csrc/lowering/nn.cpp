@@ -561,6 +561,12 @@ std::vector<Value> batch_norm(Context& c, size_t w_arg, size_t b_arg, std::optio
   Value y = b.mul(b.sub(x, b.broadcast_in_dim(mean, in.sizes, {1})), b.broadcast_in_dim(invstd, in.sizes, {1}));
   if (c.args.has(w_arg)) y = b.mul(y, b.broadcast_in_dim(b.convert(c.args.tensor(w_arg), ct), in.sizes, {1}));
   if (c.args.has(b_arg)) y = b.add(y, b.broadcast_in_dim(b.convert(c.args.tensor(b_arg), ct), in.sizes, {1}));
+  if (!training) {
+    // As on CPU, evaluation returns no saved statistics (the backward uses
+    // the running ones). PyTorch's meta kernels follow CUDA here instead.
+    Value none = b.zeros(Type{ct, {0}});
+    return {cast(b, y, t), none, none};
+  }
   return {cast(b, y, t), mean, invstd};
 }
 

@@ -119,13 +119,26 @@ class _Call:
         self.input, self.args, self.kwargs = _to((sample.input, tuple(sample.args), kwargs), device)
 
 
+def _same_layout(x, device):
+    """x on `device` with the same storage layout (offset, strides, the whole
+    storage), so that views and as_strided samples mean the same thing."""
+    import torch
+
+    dense = x.is_contiguous() and x.storage_offset() == 0 and x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    if device == "cpu" or x.device.type == device or dense or x.is_conj() or x.is_neg() or x.layout != torch.strided:
+        return x.to(device)
+    n = x.untyped_storage().nbytes() // x.element_size()
+    base = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage(), 0, (n,), (1,))
+    return base.to(device).as_strided(x.shape, x.stride(), x.storage_offset())
+
+
 def _to(obj, device):
     import torch
     from torch.utils._pytree import tree_map
 
     def move(x):
         if isinstance(x, torch.Tensor):
-            y = x.detach().to(device)
+            y = _same_layout(x.detach(), device)
             if x.requires_grad:
                 y.requires_grad_(True)
             return y
