@@ -160,6 +160,7 @@ class EagerArgs final : public lowering::Args {
     data_dependent_ = true;
     return p_.evaluate_int(v);
   }
+  void output_depends_on_data() override { data_dependent_ = true; }
   // Whether the output shape depended on data (PyTorch's meta kernels cannot
   // check such calls).
   bool data_dependent() const { return data_dependent_; }

@@ -783,6 +783,15 @@ Value Builder::scatter(Value operand, Value indices, Value updates, const Scatte
   return emit1("stablehlo.scatter", {operand, indices, updates}, type(operand), attrs, {r});
 }
 
+std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const RegionBody& cond,
+                                      const RegionBody& body) {
+  std::vector<Type> types;
+  for (Value v : init) types.push_back(type(v));
+  std::string c = region(types, cond);
+  std::string bd = region(types, body);
+  return emit("stablehlo.while", init, types, {}, {c, bd});
+}
+
 // ---- random -----------------------------------------------------------------------
 
 std::pair<Value, Value> Builder::rng_bit_generator(Value state, const Type& bits, RngAlgorithm alg) {

@@ -168,6 +168,10 @@ class Builder {
   Value scatter(Value operand, Value indices, Value updates, const ScatterDims& dn,
                 const RegionBody& combiner);
 
+  // A loop: `cond` maps the carried values to a rank-0 pred, `body` to their
+  // next values (same types).
+  std::vector<Value> while_loop(const std::vector<Value>& init, const RegionBody& cond, const RegionBody& body);
+
   // ---- random ---------------------------------------------------------------
   // Returns {new_state, bits}; `state` is ui64[2] for ThreeFry/Philox.
   std::pair<Value, Value> rng_bit_generator(Value state, const Type& bits, RngAlgorithm alg);

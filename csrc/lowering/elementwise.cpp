@@ -502,7 +502,6 @@ Value xlog1py_(Builder& b, Value x, Value y) {
   return b.select(is_nan(b, y), y, r);
 }
 Value nextafter_(Builder& b, Value x, Value y) { return b.binary("chlo.next_after", x, y); }
-Value zeta_(Builder& b, Value x, Value q) { return b.binary("chlo.zeta", x, q); }
 
 std::vector<Value> lower_heaviside(Context& c) {
   Promoted p = promote2(c, 0, 1, false);
@@ -521,17 +520,6 @@ std::vector<Value> lower_logit(Context& c) {
     x = b.clamp(full_like(b, *eps, x), x, full_like(b, 1.0 - *eps, x));
   }
   Value r = b.unary("stablehlo.log", b.div(x, b.sub(full_like(b, 1.0, x), x)));
-  return one(cast(b, r, out));
-}
-
-std::vector<Value> lower_polygamma(Context& c) {
-  // polygamma(n, self)
-  const at::ScalarType in = c.args.info(1).dtype;
-  const at::ScalarType out = is_integral(in) ? default_float() : in;
-  Builder& b = c.b;
-  Value x = cast(b, c.args.tensor(1), opmath_type(out));
-  const int64_t n = c.args.int_(0);
-  Value r = n == 0 ? b.unary("chlo.digamma", x) : b.binary("chlo.polygamma", full_like(b, static_cast<double>(n), x), x);
   return one(cast(b, r, out));
 }
 
@@ -614,7 +602,6 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::xlogy.Scalar_Self", [](Context& c) { return binary_with(c, xlogy_, true); });
   reg("aten::xlogy.Scalar_Other", [](Context& c) { return binary_with(c, xlogy_, true); });
   reg("aten::special_xlog1py", [](Context& c) { return binary_with(c, xlog1py_, true); });
-  reg("aten::special_zeta", [](Context& c) { return binary_with(c, zeta_, true); });
   reg("aten::nextafter", [](Context& c) { return binary_with(c, nextafter_, false); });
   reg("aten::heaviside", lower_heaviside);
 
@@ -714,8 +701,6 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::erfc", [](Context& c) { return unary_float(c, "chlo.erfc"); });
   reg("aten::erfinv", [](Context& c) { return unary_float(c, "chlo.erf_inv"); });
   reg("aten::lgamma", [](Context& c) { return unary_float(c, "chlo.lgamma"); });
-  reg("aten::digamma", [](Context& c) { return unary_float(c, "chlo.digamma"); });
-  reg("aten::polygamma", lower_polygamma);
   reg("aten::mvlgamma", lower_mvlgamma);
   reg("aten::special_erfcx", [](Context& c) { return unary_float_with(c, erfcx_); });
   reg("aten::special_entr", [](Context& c) { return unary_float_with(c, entr_); });

@@ -46,6 +46,7 @@ class ElementArgs final : public Args {
   void assign(size_t i, Value v) override { p_.assign(i, v); }
   void assign_list(size_t i, const std::vector<Value>& vs) override { p_.assign_list(i, vs); }
   int64_t host_int(Value v) override { return p_.host_int(v); }
+  void output_depends_on_data() override { p_.output_depends_on_data(); }
   std::optional<at::ScalarType> out_dtype() const override { return p_.out_dtype(); }
   void check(Value ok, const std::string& message) override { p_.check(ok, message); }
 

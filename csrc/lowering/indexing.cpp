@@ -235,6 +235,7 @@ std::vector<Value> lower_gather(Context& c) {
   const TensorInfo& index = c.args.info(2);
   const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
   Value x = c.args.tensor(0);
+  if (index.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
   if (self.dim() == 0) x = b.reshape(x, {1});
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
@@ -508,6 +509,7 @@ Value true_positions(Context& c, Value flat_mask, int64_t* count) {
 }
 
 std::vector<Value> lower_masked_select(Context& c) {
+  c.args.output_depends_on_data();
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
   auto [x, m, shape, n] = flat_masked(c);
@@ -519,6 +521,7 @@ std::vector<Value> lower_masked_select(Context& c) {
 }
 
 std::vector<Value> lower_nonzero(Context& c) {
+  c.args.output_depends_on_data();
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
   const int64_t n = self.numel();

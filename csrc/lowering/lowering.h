@@ -95,6 +95,9 @@ class Args {
   // The value of an integer rank-0 `v`, computed now: ops whose output shape
   // depends on data (nonzero, masked_select, unique) wait for the device.
   virtual int64_t host_int(Value v) = 0;
+  // Declares that the output shape depends on data (also on paths that need
+  // no host_int, e.g. an empty input): PyTorch's meta kernels cannot check it.
+  virtual void output_depends_on_data() = 0;
 
   // A check on the device: `ok` (rank-0 pred) must hold, else the op raises
   // IndexError(message) when the host next waits for the device (at once in

@@ -336,8 +336,8 @@ std::vector<Value> lower_softmax_backward(Context& c, bool log) {
   const at::ScalarType compute = opmath_type(go.dtype);
   Value g = cast(b, c.args.tensor(0), compute);
   Value y = cast(b, c.args.tensor(1), compute);
-  if (go.dim() == 0) {
-    return one(cast(b, log ? g : b.zeros(b.type(g)), in_dtype));
+  if (go.dim() == 0) {  // the output is a constant (1 or 0): no gradient
+    return one(cast(b, b.zeros(b.type(g)), in_dtype));
   }
   Dims bdims;
   for (int64_t i = 0; i < go.dim(); ++i) if (i != dim) bdims.push_back(i);
@@ -352,6 +352,39 @@ std::vector<Value> lower_softmax_backward(Context& c, bool log) {
   return one(cast(b, r, in_dtype));
 }
 
+// The ord-norm of `x` over `dims` (|x| for integer inputs is an error, as in
+// PyTorch), computed in opmath and returned in `out`.
+Value vector_norm(Context& c, Value x, const TensorInfo& in, double ord, const Dims& dims, bool keepdim,
+                  at::ScalarType out) {
+  TORCH_CHECK(c10::isFloatingType(out) || c10::isComplexType(out),
+              "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ",
+              c10::toString(in.dtype));
+  Builder& b = c.b;
+  const at::ScalarType compute = opmath_type(out);
+  Value a = b.abs(cast(b, x, compute));
+  Value r;
+  if (std::isinf(ord)) {
+    if (in.numel() == 0) {
+      TORCH_CHECK(ord > 0, "linalg.vector_norm cannot compute the -inf norm on an empty tensor "
+                           "because the operation does not have an identity");
+    }
+    r = ord > 0 ? b.reduce(a, b.zeros(Type{b.dtype(a), {}}), dims, "stablehlo.maximum")
+                : b.reduce(a, b.highest(b.dtype(a)), dims, "stablehlo.minimum");
+    Value nans = b.reduce(b.compare(Cmp::NE, a, a), b.constant_bool(false), dims, "stablehlo.or");
+    r = b.select(nans, b.full(NAN, b.dtype(r), b.dims(r)), r);
+  } else if (ord == 0) {
+    r = sum_over(b, b.convert(b.compare(Cmp::NE, a, b.zeros(b.type(a))), b.dtype(a)), dims);
+  } else if (ord == 1) {
+    r = sum_over(b, a, dims);
+  } else if (ord == 2) {
+    r = b.unary("stablehlo.sqrt", sum_over(b, b.mul(a, a), dims));
+  } else {
+    r = sum_over(b, b.pow(a, k(b, ord, a)), dims);
+    r = b.pow(r, k(b, 1.0 / ord, r));
+  }
+  return cast(b, keep_dims(b, r, in.sizes, dims, keepdim), out);
+}
+
 // linalg_vector_norm(self, ord, dim?, keepdim, *, dtype?)
 std::vector<Value> lower_vector_norm(Context& c) {
   const TensorInfo& in = c.args.info(0);
@@ -359,33 +392,79 @@ std::vector<Value> lower_vector_norm(Context& c) {
   Dims dims = reduce_dims(c, 2, in.dim());
   const bool keepdim = c.args.has(3) && c.args.bool_(3);
   const at::ScalarType out = c.args.opt_scalar_type(4).value_or(in.dtype);
-  TORCH_CHECK(c10::isFloatingType(out) || c10::isComplexType(out),
-              "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ",
-              c10::toString(in.dtype));
+  return one(vector_norm(c, c.args.tensor(0), in, ord, dims, keepdim, out));
+}
+
+// norm.Scalar(self, p) / norm.ScalarOpt_dim(self, p?, dim, keepdim) /
+// norm.ScalarOpt_dim_dtype(..., dtype) / norm.ScalarOpt_dtype(self, p?, dtype)
+std::vector<Value> lower_norm(Context& c, size_t dim_arg, size_t keepdim_arg, size_t dtype_arg) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(!is_integral(in.dtype), "norm(): input dtype should be either floating point or complex. Got ",
+              c10::toString(in.dtype), " instead.");
+  const double p = c.args.has(1) ? c.args.scalar(1).toDouble() : 2.0;
+  Dims dims = reduce_dims(c, dim_arg, in.dim());
+  const bool keepdim = keepdim_arg < c.args.size() && c.args.bool_(keepdim_arg);
+  const at::ScalarType out = dtype_arg < c.args.size() && c.args.has(dtype_arg) ? c.args.scalar_type(dtype_arg) : in.dtype;
+  return one(vector_norm(c, c.args.tensor(0), in, p, dims, keepdim, out));
+}
+
+// renorm(self, p, dim, maxnorm): slices along dim with a larger norm are
+// scaled down to maxnorm.
+std::vector<Value> lower_renorm(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const double p = c.args.scalar(1).toDouble();
+  const int64_t dim = wrap_dim(c.args.int_(2), in.dim());
+  const double maxnorm = c.args.scalar(3).toDouble();
+  TORCH_CHECK(p > 0, "renorm: non-positive-norm not supported");
+  TORCH_CHECK(maxnorm >= 0, "renorm: expected maxnorm to be >= 0 but got ", maxnorm);
+  Dims others;
+  for (int64_t d = 0; d < in.dim(); ++d) if (d != dim) others.push_back(d);
   Builder& b = c.b;
-  const at::ScalarType compute = opmath_type(out);
-  Value x = b.abs(cast(b, c.args.tensor(0), compute));
-  Value r;
-  if (std::isinf(ord)) {
-    if (in.numel() == 0) {
-      TORCH_CHECK(ord > 0, "linalg.vector_norm cannot compute the -inf norm on an empty tensor "
-                           "because the operation does not have an identity");
-    }
-    r = ord > 0 ? b.reduce(x, b.zeros(Type{b.dtype(x), {}}), dims, "stablehlo.maximum")
-                : b.reduce(x, b.highest(b.dtype(x)), dims, "stablehlo.minimum");
-    Value nans = b.reduce(b.compare(Cmp::NE, x, x), b.constant_bool(false), dims, "stablehlo.or");
-    r = b.select(nans, b.full(NAN, b.dtype(r), b.dims(r)), r);
-  } else if (ord == 0) {
-    r = sum_over(b, b.convert(b.compare(Cmp::NE, x, b.zeros(b.type(x))), b.dtype(x)), dims);
-  } else if (ord == 1) {
-    r = sum_over(b, x, dims);
-  } else if (ord == 2) {
-    r = b.unary("stablehlo.sqrt", sum_over(b, b.mul(x, x), dims));
-  } else {
-    r = sum_over(b, b.pow(x, k(b, ord, x)), dims);
-    r = b.pow(r, k(b, 1.0 / ord, r));
+  const at::ScalarType compute = opmath_type(in.dtype);
+  Value x = cast(b, c.args.tensor(0), compute);
+  Value norm = vector_norm(c, x, TensorInfo{compute, in.sizes, false}, p, others, true, compute);
+  Value factor = b.select(b.compare(Cmp::GT, norm, k(b, maxnorm, norm)),
+                          b.div(k(b, maxnorm, norm), b.add(norm, k(b, 1e-7, norm))), k(b, 1, norm));
+  return one(cast(b, b.mul(x, b.broadcast_to(factor, in.sizes)), in.dtype));
+}
+
+// histc(self, bins, min, max): min == max uses the data's range.
+std::vector<Value> lower_histc(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(c10::isFloatingType(in.dtype), "\"histogram_cpu\" not implemented for '", c10::toString(in.dtype), "'");
+  const int64_t bins = c.args.int_(1);
+  TORCH_CHECK(bins > 0, "torch.histogramdd(): bins must be > 0, but got ", bins, " for dimension 0");
+  double lo = c.args.scalar(2).toDouble(), hi = c.args.scalar(3).toDouble();
+  TORCH_CHECK(lo <= hi, "max must be larger than min");
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  const int64_t n = in.numel();
+  Value x = b.reshape(b.convert(c.args.tensor(0), ct), {n});
+  Value vlo = b.full(lo, ct, {}), vhi = b.full(hi, ct, {});
+  if (lo == hi && n > 0) {
+    vlo = b.reduce(x, b.highest(ct), {0}, "stablehlo.minimum");
+    vhi = b.reduce(x, b.lowest(ct), {0}, "stablehlo.maximum");
+    Value same = b.compare(Cmp::EQ, vlo, vhi);
+    vlo = b.select(same, b.sub(vlo, b.full(1, ct, {})), vlo);
+    vhi = b.select(same, b.add(vhi, b.full(1, ct, {})), vhi);
+  } else if (lo == hi) {
+    vlo = b.full(lo - 1, ct, {});
+    vhi = b.full(hi + 1, ct, {});
   }
-  return one(cast(b, keep_dims(b, r, in.sizes, dims, keepdim), out));
+  if (n == 0) return one(b.zeros(Type{to_hlo(in.dtype), {bins}}));
+  Value blo = b.broadcast_in_dim(vlo, {n}, {}), bhi = b.broadcast_in_dim(vhi, {n}, {});
+  Value pos = b.div(b.mul(b.sub(x, blo), b.full(static_cast<double>(bins), ct, {n})), b.sub(bhi, blo));
+  Value idx = b.convert(b.unary("stablehlo.floor", pos), DType::I64);
+  idx = b.min(idx, b.full_int(bins - 1, DType::I64, {n}));
+  Value valid = b.and_(b.compare(Cmp::GE, x, blo), b.compare(Cmp::LE, x, bhi));
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = {0};
+  dn.scatter_dims_to_operand_dims = {0};
+  dn.index_vector_dim = 1;
+  Value counts = b.scatter(b.zeros(Type{ct, {bins}}), b.reshape(b.select(valid, idx, b.zeros(Type{DType::I64, {n}})), {n, 1}),
+                           b.convert(valid, ct), dn,
+                           [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
+  return one(cast(b, counts, in.dtype));
 }
 
 std::vector<Value> lower_count_nonzero(Context& c) {
@@ -475,6 +554,12 @@ TPU_LOWERINGS(reduction) {
   reg("aten::_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, false); });
   reg("aten::_log_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, true); });
   reg("aten::linalg_vector_norm", lower_vector_norm);
+  reg("aten::norm.Scalar", [](Context& c) { return lower_norm(c, 99, 99, 99); });
+  reg("aten::norm.ScalarOpt_dim", [](Context& c) { return lower_norm(c, 2, 3, 99); });
+  reg("aten::norm.ScalarOpt_dim_dtype", [](Context& c) { return lower_norm(c, 2, 3, 4); });
+  reg("aten::norm.ScalarOpt_dtype", [](Context& c) { return lower_norm(c, 99, 99, 2); });
+  reg("aten::renorm", lower_renorm);
+  reg("aten::histc", lower_histc);
   reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
   reg("aten::nansum", lower_nansum);
   reg("aten::_is_all_true", [](Context& c) { return lower_all_any(c, true, false); });

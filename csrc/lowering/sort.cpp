@@ -185,7 +185,7 @@ std::vector<Value> lower_searchsorted(Context& c) {
   promote_arg(r, c, 1);
   const at::ScalarType t = r.get();
   Value s = cast(b, c.args.tensor(0), t);
-  if (c.args.has(5)) {
+  if (c.args.has(5) && seq.numel() > 0) {
     // Sort the sequence by `sorter` along its last dim.
     Value sorter = b.convert(c.args.tensor(5), DType::I64);
     const Dims& sd = b.dims(s);
@@ -205,6 +205,10 @@ std::vector<Value> lower_searchsorted(Context& c) {
     s = b.gather(s, b.concatenate(parts, static_cast<int64_t>(sd.size())), dn, Dims(sd.size(), 1), sd);
   }
   Value v = c.args.is_tensor(1) ? cast(b, c.args.tensor(1), t) : c.args.scalar_value(1, to_hlo(t));
+  if (seq.sizes.back() == 0) {  // nothing to search: every value lands at 0
+    Value z = b.zeros(Type{DType::I64, b.dims(v)});
+    return one(out_int32 ? b.convert(z, DType::I32) : z);
+  }
   Value cnt = bucket_count(b, s, v, right);
   return one(out_int32 ? b.convert(cnt, DType::I32) : cnt);
 }
@@ -226,6 +230,7 @@ std::vector<Value> lower_bucketize(Context& c) {
 // unique over the flattened input (sorted, or consecutive runs only):
 // (values, inverse, counts). The number of distinct values is read back.
 std::vector<Value> unique_flat(Context& c, bool sort_first, bool want_inverse, bool want_counts) {
+  c.args.output_depends_on_data();
   const TensorInfo& in = c.args.info(0);
   Builder& b = c.b;
   const int64_t n = in.numel();
@@ -294,6 +299,11 @@ TPU_LOWERINGS(sort) {
   reg("aten::bucketize.Scalar", lower_bucketize);
   // _unique2(self, sorted, return_inverse, return_counts)
   reg("aten::_unique2", [](Context& c) { return unique_flat(c, true, c.args.bool_(2), c.args.bool_(3)); });
+  // _unique(self, sorted, return_inverse) -> (values, inverse)
+  reg("aten::_unique", [](Context& c) {
+    auto r = unique_flat(c, true, c.args.bool_(2), false);
+    return std::vector<Value>{r[0], r[1]};
+  });
   // unique_consecutive(self, return_inverse, return_counts, dim?)
   reg("aten::unique_consecutive", [](Context& c) {
     if (c.args.has(3)) unsupported(c, "the dim argument");

@@ -87,9 +87,136 @@ std::vector<Value> lower_frexp(Context& c) {
   return {cast(b, m, t), b.convert(e, DType::I32)};
 }
 
+// digamma with PyTorch's conventions at the poles: +-inf at +-0 (sign of
+// -x), nan at negative integers.
+Value digamma_value(Builder& b, Value x) {
+  Value r = b.unary("chlo.digamma", x);
+  Value zero = b.zeros(b.type(x));
+  Value at_zero = b.compare(Cmp::EQ, x, zero);
+  Value inf = k(b, INFINITY, x);
+  // copysign(inf, -x): -inf for +0, +inf for -0
+  Value neg_zero = b.compare(Cmp::LT, b.bitcast_convert(x, b.dtype(x) == DType::F64 ? DType::I64 : DType::I32),
+                             b.zeros(Type{b.dtype(x) == DType::F64 ? DType::I64 : DType::I32, b.dims(x)}));
+  r = b.select(at_zero, b.select(neg_zero, inf, b.neg(inf)), r);
+  Value neg_int = b.and_(b.compare(Cmp::LT, x, zero), b.compare(Cmp::EQ, x, b.unary("stablehlo.floor", x)));
+  return b.select(neg_int, k(b, NAN, x), r);
+}
+
+// trigamma as PyTorch computes it: reflection below 1/2, six recurrence
+// steps, then the asymptotic series.
+Value trigamma_value(Builder& b, Value x) {
+  Value small = b.compare(Cmp::LT, x, k(b, 0.5, x));
+  Value sin_pi_x = b.unary("stablehlo.sine", b.mul(k(b, M_PI, x), x));
+  Value reflect = b.neg(b.div(k(b, M_PI * M_PI, x), b.mul(sin_pi_x, sin_pi_x)));
+  Value result = b.select(small, reflect, b.zeros(b.type(x)));
+  Value sign = b.select(small, k(b, -1, x), k(b, 1, x));
+  Value y = b.select(small, b.sub(k(b, 1, x), x), x);
+  for (int i = 0; i < 6; ++i) {
+    result = b.add(result, b.div(k(b, 1, y), b.mul(y, y)));
+    y = b.add(y, k(b, 1, y));
+  }
+  Value ixx = b.div(k(b, 1, y), b.mul(y, y));
+  Value series = b.sub(k(b, 1.0 / 30, y), b.mul(ixx, k(b, 1.0 / 42, y)));
+  series = b.sub(k(b, 1.0 / 6, y), b.mul(ixx, series));
+  series = b.add(b.add(k(b, 1, y), b.div(k(b, 1, y), b.mul(k(b, 2, y), y))), b.mul(ixx, series));
+  result = b.add(result, b.div(series, y));
+  return b.mul(sign, result);
+}
+
+// The Hurwitz zeta function sum_k (q + k)^-x as Cephes computes it: direct
+// terms until q + k > 9 (at least 9 of them, a loop for very negative q),
+// then the Euler-Maclaurin tail.
+Value zeta_value(Builder& b, Value x, Value q) {
+  const Type t = b.type(x);
+  const DType it = DType::I32;
+  Value zero = b.zeros(t);
+  auto cont = [](Builder& rb, Value a, Value i) {
+    return rb.or_(rb.compare(Cmp::LT, i, rb.full_int(9, DType::I32, rb.dims(i))),
+                  rb.compare(Cmp::LE, a, rb.full(9.0, rb.dtype(a), rb.dims(a))));
+  };
+  // (s, a, i, b): s holds q^-x and the terms (q + j)^-x up to a = q + i;
+  // b is the last one added.
+  Value first = b.pow(q, b.neg(x));
+  auto r = b.while_loop(
+      {first, q, b.zeros(Type{it, t.dims}), first, x},
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value go = cont(rb, v[1], v[2]);
+        Dims all;
+        for (int64_t d = 0; d < rb.rank(go); ++d) all.push_back(d);
+        Value any = all.empty() ? go : rb.reduce(go, rb.constant_bool(false), all, "stablehlo.or");
+        return std::vector<Value>{any};
+      },
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value go = cont(rb, v[1], v[2]);
+        Value a = rb.add(v[1], rb.select(go, rb.full(1, rb.dtype(v[1]), rb.dims(v[1])), rb.zeros(rb.type(v[1]))));
+        Value term = rb.select(go, rb.pow(a, rb.neg(v[4])), v[3]);
+        Value s = rb.add(v[0], rb.select(go, term, rb.zeros(rb.type(term))));
+        Value i = rb.add(v[2], rb.convert(go, DType::I32));
+        return std::vector<Value>{s, a, i, term, v[4]};
+      });
+  Value s = r[0], a = r[1];
+  Value w = a;
+  Value bb = r[3];
+  s = b.sub(b.add(s, b.div(b.mul(bb, w), b.sub(x, k(b, 1, x)))), b.mul(k(b, 0.5, bb), bb));
+  static const double kA[] = {12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+                              7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+                              -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18};
+  Value acc = k(b, 1, x);
+  double kk = 0;
+  for (double coeff : kA) {
+    acc = b.mul(acc, b.add(x, k(b, kk, x)));
+    bb = b.div(bb, w);
+    s = b.add(s, b.div(b.mul(acc, bb), k(b, coeff, x)));
+    kk += 1;
+    acc = b.mul(acc, b.add(x, k(b, kk, x)));
+    bb = b.div(bb, w);
+    kk += 1;
+  }
+  // Domain: x == 1 -> inf, x < 1 -> nan, q a non-positive integer -> inf,
+  // q < 0 with non-integer x -> nan.
+  Value q_int = b.compare(Cmp::EQ, q, b.unary("stablehlo.floor", q));
+  Value x_int = b.compare(Cmp::EQ, x, b.unary("stablehlo.floor", x));
+  s = b.select(b.and_(b.compare(Cmp::LE, q, zero), q_int), k(b, INFINITY, s), s);
+  s = b.select(b.and_(b.compare(Cmp::LT, q, zero), b.not_(x_int)), k(b, NAN, s), s);
+  s = b.select(b.compare(Cmp::LT, x, k(b, 1, x)), k(b, NAN, s), s);
+  return b.select(b.compare(Cmp::EQ, x, k(b, 1, x)), k(b, INFINITY, s), s);
+}
+
+// polygamma(n, self): digamma, trigamma, or (-1)^(n+1) n! zeta(n + 1, x).
+std::vector<Value> lower_polygamma(Context& c) {
+  const at::ScalarType in = c.args.info(1).dtype;
+  const at::ScalarType out = is_integral(in) ? default_float() : in;
+  Builder& b = c.b;
+  Value x = cast(b, c.args.tensor(1), opmath_type(out));
+  const int64_t n = c.args.int_(0);
+  TORCH_CHECK(n >= 0, "polygamma(n, x) does not support negative n.");
+  Value r;
+  if (n == 0) {
+    r = digamma_value(b, x);
+  } else if (n == 1) {
+    r = trigamma_value(b, x);
+  } else {
+    const double factor = ((n % 2) ? 1.0 : -1.0) * std::exp(std::lgamma(n + 1.0));
+    r = b.mul(k(b, factor, x), zeta_value(b, k(b, static_cast<double>(n + 1), x), x));
+  }
+  return one(cast(b, r, out));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(special) {
+  reg("aten::digamma", [](Context& c) {
+    const at::ScalarType in = c.args.info(0).dtype;
+    const at::ScalarType out = is_integral(in) ? default_float() : in;
+    return one(cast(c.b, digamma_value(c.b, cast(c.b, c.args.tensor(0), opmath_type(out))), out));
+  });
+  reg("aten::polygamma", lower_polygamma);
+  reg("aten::special_zeta", [](Context& c) {
+    Promoted p = promote2(c, 0, 1, true);
+    const at::ScalarType out = is_integral(p.type) ? default_float() : p.type;
+    Value x = cast(c.b, p.a, opmath_type(out)), q = cast(c.b, p.b, opmath_type(out));
+    return one(cast(c.b, zeta_value(c.b, x, q), out));
+  });
   reg("aten::i0", [](Context& c) { return bessel(c, 0, false); });
   reg("aten::special_i0e", [](Context& c) { return bessel(c, 0, true); });
   reg("aten::special_i1", [](Context& c) { return bessel(c, 1, false); });
