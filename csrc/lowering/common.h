@@ -44,6 +44,10 @@ int64_t count_over(const Dims& sizes, const Dims& dims);
 // x converted to `t`, broadcast to `dims` (a rank-0 or same-rank value).
 Value splat(Builder& b, Value x, const Dims& dims);
 
+// Inclusive scan along `dim` with the binary stablehlo `op` and its identity
+// (cumsum: "stablehlo.add", 0).
+Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity);
+
 [[noreturn]] void unsupported(Context& c, const std::string& what);
 
 // Checks on the device that every integer in `idx` lies in [-size, size)

@@ -1,5 +1,6 @@
 // Convolution (1d/2d/3d, strided, padded, dilated, grouped, transposed) and
-// its backward, as stablehlo.convolution in NCHW / OIHW layout.
+// its backward, as stablehlo.convolution in NCHW / OIHW layout; im2col and
+// col2im (nn.Unfold / nn.Fold), which move the same sliding windows.
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
@@ -183,6 +184,117 @@ std::vector<Value> conv_backward(Context& c, size_t go, size_t x_arg, size_t w_a
   return {gi, gw, gb};
 }
 
+// The sliding-window geometry of im2col/col2im over a 2-D image.
+struct Patches {
+  Dims kernel, dilation, padding, stride;
+  Dims image;  // H, W
+  Dims blocks; // blocks along H and W
+  int64_t count() const { return blocks[0] * blocks[1]; }
+};
+
+Patches patches(Context& c, const char* op, const Dims& image, size_t kernel_arg) {
+  Patches p;
+  const char* names[] = {"kernel_size", "dilation", "padding", "stride"};
+  Dims* fields[] = {&p.kernel, &p.dilation, &p.padding, &p.stride};
+  for (size_t i = 0; i < 4; ++i) {
+    std::vector<int64_t> v = c.args.ints(kernel_arg + i);
+    TORCH_CHECK(v.size() == 2, op, ": It is expected ", names[i], " equals to 2, but got size ", v.size());
+    *fields[i] = Dims(v.begin(), v.end());
+    const bool ok = i == 2 ? v[0] >= 0 && v[1] >= 0 : v[0] > 0 && v[1] > 0;
+    TORCH_CHECK(ok, op, ": expected ", names[i], " to be ", i == 2 ? "non-negative" : "greater than zero",
+                ", but got ", names[i], "=", dims_string(*fields[i]));
+  }
+  p.image = image;
+  for (int64_t d = 0; d < 2; ++d) {
+    const int64_t span = p.dilation[d] * (p.kernel[d] - 1) + 1;
+    p.blocks.push_back((image[d] + 2 * p.padding[d] - span) / p.stride[d] + 1);
+    TORCH_CHECK(image[d] + 2 * p.padding[d] >= span && p.blocks[d] >= 1, op,
+                ": given input with spatial size ", dims_string(image), ", kernel_size=", dims_string(p.kernel),
+                ", dilation=", dims_string(p.dilation), ", padding=", dims_string(p.padding),
+                ", calculated shape of the array of sliding blocks as ", p.blocks[0], "x",
+                (image[1] + 2 * p.padding[1] - (p.dilation[1] * (p.kernel[1] - 1) + 1)) / p.stride[1] + 1,
+                ", but its components must be at least one.");
+  }
+  return p;
+}
+
+// im2col(self, kernel_size, dilation, padding, stride): [N, C, H, W] ->
+// [N, C*kh*kw, L], one column per sliding block.
+std::vector<Value> lower_im2col(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK((in.dim() == 3 || in.dim() == 4) && in.sizes[in.dim() - 1] > 0 && in.sizes[in.dim() - 2] > 0 &&
+                  in.sizes[in.dim() - 3] > 0,
+              "im2col: Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+              "dimensions for input, but got: ", dims_string(in.sizes));
+  Builder& b = c.b;
+  const bool batched = in.dim() == 4;
+  Value x = batched ? c.args.tensor(0) : b.reshape(c.args.tensor(0), {1, in.sizes[0], in.sizes[1], in.sizes[2]});
+  const Dims& d = b.dims(x);
+  const int64_t n = d[0], ch = d[1];
+  Patches p = patches(c, "im2col", {d[2], d[3]}, 1);
+  x = b.pad(x, b.zeros(Type{b.dtype(x), {}}), {0, 0, p.padding[0], p.padding[1]},
+            {0, 0, p.padding[0], p.padding[1]});
+  std::vector<Value> taps;
+  for (int64_t i = 0; i < p.kernel[0]; ++i) {
+    for (int64_t j = 0; j < p.kernel[1]; ++j) {
+      const int64_t h0 = i * p.dilation[0], w0 = j * p.dilation[1];
+      Value tap = b.slice(x, {0, 0, h0, w0},
+                          {n, ch, h0 + (p.blocks[0] - 1) * p.stride[0] + 1, w0 + (p.blocks[1] - 1) * p.stride[1] + 1},
+                          {1, 1, p.stride[0], p.stride[1]});
+      taps.push_back(b.reshape(tap, {n, ch, 1, p.count()}));
+    }
+  }
+  const int64_t k = p.kernel[0] * p.kernel[1];
+  Value cols = b.reshape(b.concatenate(taps, 2), {n, ch * k, p.count()});
+  return one(batched ? cols : b.reshape(cols, {ch * k, p.count()}));
+}
+
+// col2im(self, output_size, kernel_size, dilation, padding, stride): the
+// adjoint of im2col; overlapping blocks add up.
+std::vector<Value> lower_col2im(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const std::vector<int64_t> out = c.args.ints(1);
+  TORCH_CHECK(out.size() == 2, "col2im: It is expected output_size equals to 2, but got size ", out.size());
+  TORCH_CHECK((in.dim() == 2 || in.dim() == 3) && in.sizes[in.dim() - 1] > 0 && in.sizes[in.dim() - 2] > 0,
+              "col2im: Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero "
+              "dimensions for input, but got: ", dims_string(in.sizes));
+  Builder& b = c.b;
+  const bool batched = in.dim() == 3;
+  Value x = batched ? c.args.tensor(0) : b.reshape(c.args.tensor(0), {1, in.sizes[0], in.sizes[1]});
+  const Dims& d = b.dims(x);
+  const int64_t n = d[0];
+  Patches p = patches(c, "col2im", {out[0], out[1]}, 2);
+  const int64_t k = p.kernel[0] * p.kernel[1];
+  TORCH_CHECK(d[1] % k == 0, "col2im: Expected size of input's dimension 1 to be divisible by the product of "
+              "kernel_size, but got input.size(1)=", d[1], " and kernel_size=", dims_string(p.kernel));
+  TORCH_CHECK(d[2] == p.count(), "col2im: Given output_size=", dims_string(p.image), ", kernel_size=",
+              dims_string(p.kernel), ", dilation=", dims_string(p.dilation), ", padding=", dims_string(p.padding),
+              ", stride=", dims_string(p.stride), ", expected size of input's dimension 2 to match the calculated "
+              "number of sliding blocks ", p.blocks[0], " * ", p.blocks[1], " = ", p.count(),
+              ", but got input.size(2)=", d[2], ".");
+  const int64_t ch = d[1] / k;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  Value cols = b.reshape(b.convert(x, ct), {n, ch, k, p.blocks[0], p.blocks[1]});
+  const int64_t ph = out[0] + 2 * p.padding[0], pw = out[1] + 2 * p.padding[1];
+  Value sum = b.zeros(Type{ct, {n, ch, ph, pw}});
+  for (int64_t i = 0; i < p.kernel[0]; ++i) {
+    for (int64_t j = 0; j < p.kernel[1]; ++j) {
+      const int64_t t = i * p.kernel[1] + j;
+      Value tap = b.reshape(b.slice(cols, {0, 0, t, 0, 0}, {n, ch, t + 1, p.blocks[0], p.blocks[1]}),
+                            {n, ch, p.blocks[0], p.blocks[1]});
+      // Spread the blocks `stride` apart and place them at the tap's offset.
+      const int64_t h0 = i * p.dilation[0], w0 = j * p.dilation[1];
+      const int64_t hspan = (p.blocks[0] - 1) * p.stride[0] + 1, wspan = (p.blocks[1] - 1) * p.stride[1] + 1;
+      Value placed = b.pad(tap, b.zeros(Type{ct, {}}), {0, 0, h0, w0}, {0, 0, ph - h0 - hspan, pw - w0 - wspan},
+                           {0, 0, p.stride[0] - 1, p.stride[1] - 1});
+      sum = b.add(sum, placed);
+    }
+  }
+  Value r = b.slice(sum, {0, 0, p.padding[0], p.padding[1]}, {n, ch, p.padding[0] + out[0], p.padding[1] + out[1]});
+  r = cast(b, r, in.dtype);
+  return one(batched ? r : b.reshape(r, {ch, out[0], out[1]}));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(conv) {
@@ -194,6 +306,8 @@ TPU_LOWERINGS(conv) {
   // convolution_backward_overrideable(grad_output, input, weight, stride,
   //   padding, dilation, transposed, output_padding, groups, output_mask)
   reg("aten::convolution_backward_overrideable", [](Context& c) { return conv_backward(c, 0, 1, 2, 3, 9); });
+  reg("aten::im2col", lower_im2col);
+  reg("aten::col2im", lower_col2im);
 }
 
 }  // namespace tpu::lowering

@@ -302,45 +302,47 @@ std::vector<Value> scatter_impl(Context& c, const std::string& reduce, bool valu
   return one(s.finish(b, scatter_points(b, s.x, s.coords, src, combiner(red, b.dtype(s.x)))));
 }
 
-// scatter_reduce.two(self, dim, index, src, reduce, include_self)
-std::vector<Value> lower_scatter_reduce(Context& c) {
-  Builder& b = c.b;
-  const std::string reduce = c.args.string(4);
-  const bool include_self = !c.args.has(5) || c.args.bool_(5);
-  DimScatter s = dim_scatter(c);
-  if (s.empty) return one(s.x);
-  Value x = s.x;
-  const Value& coords = s.coords;
-  const Dims& ishape = s.ishape;
-  Value src = scatter_source(c, 3, ishape);
+// Reduce `src` (shaped like the iteration space of `coords`) into x at
+// coords with `reduce` (sum, prod, mean, amax, amin), as scatter_reduce and
+// index_reduce do. Without include_self, the positions that receive updates
+// start from the reduction's identity.
+Value reduce_into(Builder& b, Value x, const Value& coords, Value src, const std::string& reduce, bool include_self) {
   const DType dt = b.dtype(x);
+  const Dims space = b.dims(src);
+  Builder::RegionBody comb = combiner(reduce, dt);  // validates `reduce`
   if (!include_self) {
-    // Reset the positions that receive updates to the reduction's identity.
     Value id;
     if (reduce == "sum" || reduce == "mean") id = b.zeros(Type{dt, {}});
     else if (reduce == "prod") id = dt == DType::Pred ? b.constant_bool(true) : b.constant(1, dt);
     else if (reduce == "amax") id = b.lowest(dt);
     else id = b.highest(dt);
-    x = scatter_points(b, x, coords, b.broadcast_in_dim(id, ishape, {}), nullptr);
+    x = scatter_points(b, x, coords, b.broadcast_in_dim(id, space, {}), nullptr);
   }
-  Value r = scatter_points(b, x, coords, src, combiner(reduce, dt));
-  if (reduce == "mean") {
-    Value ones = b.full_int(1, DType::I64, ishape);
-    Value base = include_self ? b.full_int(1, DType::I64, b.dims(x)) : b.zeros(Type{DType::I64, b.dims(x)});
-    Value count = scatter_points(b, base, coords, ones, combiner("add", DType::I64));
-    Value safe = b.max(count, b.full_int(1, DType::I64, b.dims(count)));
-    Value cnt = b.convert(safe, dt);
-    Value mean = hlo::is_float(dt) ? b.div(r, cnt) : b.div(r, cnt);  // integer: truncation as in C
-    if (!hlo::is_float(dt)) {
-      // PyTorch floors integer means.
-      Value q = b.div(r, cnt);
-      Value fix = b.and_(b.compare(Cmp::NE, b.rem(r, cnt), b.zeros(b.type(r))),
-                         b.compare(Cmp::LT, r, b.zeros(b.type(r))));
-      mean = b.select(fix, b.sub(q, b.full_int(1, dt, b.dims(q))), q);
-    }
-    r = b.select(b.compare(Cmp::GT, count, b.zeros(b.type(count))), mean, r);
+  Value r = scatter_points(b, x, coords, src, comb);
+  if (reduce != "mean") return r;
+  Value ones = b.full_int(1, DType::I64, space);
+  Value base = include_self ? b.full_int(1, DType::I64, b.dims(x)) : b.zeros(Type{DType::I64, b.dims(x)});
+  Value count = scatter_points(b, base, coords, ones, combiner("add", DType::I64));
+  Value cnt = b.convert(b.max(count, b.full_int(1, DType::I64, b.dims(count))), dt);
+  Value mean = b.div(r, cnt);
+  if (!hlo::is_float(dt)) {
+    // PyTorch floors integer means; stablehlo.divide truncates.
+    Value fix = b.and_(b.compare(Cmp::NE, b.rem(r, cnt), b.zeros(b.type(r))),
+                       b.compare(Cmp::LT, r, b.zeros(b.type(r))));
+    mean = b.select(fix, b.sub(mean, b.full_int(1, dt, b.dims(mean))), mean);
   }
-  return one(s.finish(b, r));
+  return b.select(b.compare(Cmp::GT, count, b.zeros(b.type(count))), mean, r);
+}
+
+bool include_self_arg(Context& c, size_t i) { return !c.args.has(i) || c.args.bool_(i); }
+
+// scatter_reduce.two(self, dim, index, src, reduce, include_self)
+std::vector<Value> lower_scatter_reduce(Context& c) {
+  Builder& b = c.b;
+  DimScatter s = dim_scatter(c);
+  if (s.empty) return one(s.x);
+  Value src = scatter_source(c, 3, s.ishape);
+  return one(s.finish(b, reduce_into(b, s.x, s.coords, src, c.args.string(4), include_self_arg(c, 5))));
 }
 
 // ---- along-dim index ops ---------------------------------------------------------------
@@ -433,6 +435,14 @@ std::vector<Value> lower_index_fill(Context& c) {
   return one(s.finish(b, scatter_points(b, s.x, s.coords, splat(b, v, s.space), nullptr)));
 }
 
+// index_reduce(self, dim, index, source, reduce, include_self)
+std::vector<Value> lower_index_reduce(Context& c) {
+  Builder& b = c.b;
+  IndexAlongDim s = index_along_dim(c);
+  Value src = b.reshape(cast(b, c.args.tensor(3), c.args.info(0).dtype), s.space);
+  return one(s.finish(b, reduce_into(b, s.x, s.coords, src, c.args.string(4), include_self_arg(c, 5))));
+}
+
 // ---- masks -----------------------------------------------------------------------------
 
 Value as_bool(Builder& b, Value m) {
@@ -493,19 +503,28 @@ std::vector<Value> lower_masked_scatter(Context& c) {
 }
 
 // The positions where `flat_mask` is true, in order: i64[count].
-Value true_positions(Context& c, Value flat_mask, int64_t* count) {
-  Builder& b = c.b;
+// The first `size` positions where flat_mask is true (slots past the number
+// of trues hold 0).
+Value first_true_positions(Builder& b, Value flat_mask, int64_t size) {
   const int64_t n = b.dims(flat_mask)[0];
-  Value cnt = b.reduce(b.convert(flat_mask, DType::I64), b.constant_int(0, DType::I64), {0}, "stablehlo.add");
-  *count = c.args.host_int(cnt);
-  Value slot = b.select(flat_mask, exclusive_count(b, flat_mask), b.full_int(*count, DType::I64, {n}));
+  Value rank = b.min(exclusive_count(b, flat_mask), b.full_int(size, DType::I64, {n}));
+  Value slot = b.select(flat_mask, rank, b.full_int(size, DType::I64, {n}));
   Builder::ScatterDims dn;
   dn.inserted_window_dims = {0};
   dn.scatter_dims_to_operand_dims = {0};
   dn.index_vector_dim = 1;
-  Value picked = b.scatter(b.zeros(Type{DType::I64, {*count + 1}}), b.reshape(slot, {n, 1}),
+  Value picked = b.scatter(b.zeros(Type{DType::I64, {size + 1}}), b.reshape(slot, {n, 1}),
                            b.iota(Type{DType::I64, {n}}, 0), dn, nullptr);
-  return b.slice(picked, {0}, {*count});
+  return b.slice(picked, {0}, {size});
+}
+
+Value count_true(Builder& b, Value flat_mask) {
+  return b.reduce(b.convert(flat_mask, DType::I64), b.constant_int(0, DType::I64), {0}, "stablehlo.add");
+}
+
+Value true_positions(Context& c, Value flat_mask, int64_t* count) {
+  *count = c.args.host_int(count_true(c.b, flat_mask));
+  return first_true_positions(c.b, flat_mask, *count);
 }
 
 std::vector<Value> lower_masked_select(Context& c) {
@@ -520,6 +539,20 @@ std::vector<Value> lower_masked_select(Context& c) {
   return one(gather_points(b, x, b.reshape(pos, {count, 1})));
 }
 
+// Flat positions [k] in a tensor of `sizes` -> coordinates [k, rank].
+Value unravel(Builder& b, Value pos, const Dims& sizes) {
+  const int64_t k = b.dims(pos)[0];
+  std::vector<Value> cols;
+  int64_t stride = 1;
+  for (int64_t s : sizes) stride *= s;
+  for (int64_t s : sizes) {
+    stride /= s;
+    Value coord = b.rem(b.div(pos, b.full_int(stride, DType::I64, {k})), b.full_int(s, DType::I64, {k}));
+    cols.push_back(b.reshape(coord, {k, 1}));
+  }
+  return b.concatenate(cols, 1);
+}
+
 std::vector<Value> lower_nonzero(Context& c) {
   c.args.output_depends_on_data();
   Builder& b = c.b;
@@ -531,15 +564,25 @@ std::vector<Value> lower_nonzero(Context& c) {
   int64_t count = 0;
   Value pos = true_positions(c, m, &count);
   if (rank == 0) return one(b.zeros(Type{DType::I64, {count, 0}}));
-  std::vector<Value> cols;
-  int64_t stride = n;
-  for (int64_t d = 0; d < rank; ++d) {
-    stride /= self.sizes[d];
-    Value coord = b.div(pos, b.full_int(stride, DType::I64, {count}));
-    coord = b.rem(coord, b.full_int(self.sizes[d], DType::I64, {count}));
-    cols.push_back(b.reshape(coord, {count, 1}));
-  }
-  return one(b.concatenate(cols, 1));
+  return one(unravel(b, pos, self.sizes));
+}
+
+// nonzero_static(self, *, size, fill_value): nonzero padded (or cut) to
+// `size` rows, with no wait for the device.
+std::vector<Value> lower_nonzero_static(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& self = c.args.info(0);
+  const int64_t size = c.args.int_(1);
+  const int64_t fill = c.args.int_(2);
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  const int64_t n = self.numel();
+  const int64_t rank = self.dim();
+  if (rank == 0 || n == 0 || size == 0) return one(b.full_int(fill, DType::I64, {size, rank}));
+  Value m = b.reshape(as_bool(b, c.args.tensor(0)), {n});
+  Value coords = unravel(b, first_true_positions(b, m, size), self.sizes);
+  Value valid = b.compare(Cmp::LT, b.iota(Type{DType::I64, {size, rank}}, 0),
+                          b.broadcast_in_dim(count_true(b, m), {size, rank}, {}));
+  return one(b.select(valid, coords, b.full_int(fill, DType::I64, {size, rank})));
 }
 
 // ---- flat take / put ---------------------------------------------------------------------
@@ -622,6 +665,8 @@ TPU_LOWERINGS(indexing) {
   reg("aten::scatter.value_reduce", [](Context& c) { return scatter_impl(c, "", true, 4); });
   reg("aten::scatter_add", [](Context& c) { return scatter_impl(c, "add", false, 99); });
   reg("aten::scatter_reduce.two", lower_scatter_reduce);
+  reg("aten::nonzero_static", lower_nonzero_static);
+  reg("aten::index_reduce", lower_index_reduce);
   reg("aten::index_select", lower_index_select);
   reg("aten::index_add", [](Context& c) { return index_scatter(c, true); });
   reg("aten::index_copy", [](Context& c) { return index_scatter(c, false); });

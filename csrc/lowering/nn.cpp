@@ -166,8 +166,8 @@ std::vector<Value> lower_max_pool(Context& c, int64_t nsp) {
 }
 
 // Scatter-add `grad` (shape of indices) into the planes of `sizes` at the
-// flat plane positions `indices`.
-Value scatter_planes(Builder& b, Value grad, Value indices, const Dims& sizes, int64_t nsp) {
+// flat plane positions `indices` (or store it there, with `add` false).
+Value scatter_planes(Builder& b, Value grad, Value indices, const Dims& sizes, int64_t nsp, bool add = true) {
   const int64_t rank = static_cast<int64_t>(sizes.size());
   const int64_t lead = rank - nsp;
   Dims flat_sizes(sizes.begin(), sizes.begin() + lead);
@@ -187,10 +187,37 @@ Value scatter_planes(Builder& b, Value grad, Value indices, const Dims& sizes, i
   dn.scatter_dims_to_operand_dims = range(0, lead + 1);
   dn.index_vector_dim = static_cast<int64_t>(gd.size());
   Value zero = b.zeros(Type{b.dtype(grad), flat_sizes});
-  Value r = b.scatter(zero, coords, grad, dn, [](Builder& rb, const std::vector<Value>& a) {
+  Builder::RegionBody sum = [](Builder& rb, const std::vector<Value>& a) {
     return std::vector<Value>{rb.add(a[0], a[1])};
-  });
-  return b.reshape(r, sizes);
+  };
+  return b.reshape(b.scatter(zero, coords, grad, dn, add ? sum : nullptr), sizes);
+}
+
+// max_unpool2d(self, indices, output_size) / max_unpool3d(self, indices,
+// output_size, stride, padding): each value goes to its flat position in the
+// output plane; the rest is zero.
+std::vector<Value> lower_max_unpool(Context& c, int64_t nsp) {
+  const TensorInfo& in = c.args.info(0);
+  const TensorInfo& idx = c.args.info(1);
+  const std::vector<int64_t> out_size = c.args.ints(2);
+  TORCH_CHECK(in.dim() == nsp + 1 || in.dim() == nsp + 2, "max_unpool", nsp, "d: expected ", nsp + 1, "D or ",
+              nsp + 2, "D input, got ", dims_string(in.sizes));
+  TORCH_CHECK(in.sizes == idx.sizes, "max_unpool", nsp, "d: expected shape of indices to be the same as that of ",
+              "the input, got ", dims_string(idx.sizes), " and ", dims_string(in.sizes));
+  TORCH_CHECK(static_cast<int64_t>(out_size.size()) == nsp, "max_unpool", nsp, "d: there should be exactly ", nsp,
+              " elements in output_size, got ", out_size.size());
+  Builder& b = c.b;
+  Dims sizes(in.sizes.begin(), in.sizes.end() - nsp);
+  int64_t plane = 1;
+  for (int64_t s : out_size) {
+    sizes.push_back(s);
+    plane *= s;
+  }
+  Value indices = c.args.tensor(1);
+  check_index_range(c, indices, plane, false,
+                    "max_unpool" + std::to_string(nsp) + "d: found an invalid max index (output volumes are of size " +
+                        dims_string(Dims(out_size.begin(), out_size.end())) + ")");
+  return one(scatter_planes(b, c.args.tensor(0), indices, sizes, nsp, false));
 }
 
 std::vector<Value> lower_max_pool_backward(Context& c, int64_t nsp, size_t indices_arg) {
@@ -522,6 +549,15 @@ std::vector<Value> lower_group_norm_backward(Context& c) {
 // native_batch_norm(input, weight?, bias?, running_mean?, running_var?,
 //   training, momentum, eps) -> (out, save_mean, save_invstd); updates the
 // running statistics in training mode.
+// Batch norm's saved statistics have the parameters' dtype: float when half
+// or bfloat16 input comes with float parameters, else the input's (CPU).
+at::ScalarType stats_dtype(Context& c, at::ScalarType t, std::initializer_list<std::optional<size_t>> params) {
+  for (std::optional<size_t> i : params) {
+    if (i && c.args.has(*i) && c.args.info(*i).dtype != t) return opmath_type(t);
+  }
+  return t;
+}
+
 std::vector<Value> batch_norm(Context& c, size_t w_arg, size_t b_arg, std::optional<size_t> rm_arg,
                               std::optional<size_t> rv_arg, bool training, double momentum, double eps) {
   const TensorInfo& in = c.args.info(0);
@@ -564,10 +600,11 @@ std::vector<Value> batch_norm(Context& c, size_t w_arg, size_t b_arg, std::optio
   if (!training) {
     // As on CPU, evaluation returns no saved statistics (the backward uses
     // the running ones). PyTorch's meta kernels follow CUDA here instead.
-    Value none = b.zeros(Type{ct, {0}});
+    Value none = b.zeros(Type{to_hlo(stats_dtype(c, t, {w_arg, b_arg, rm_arg, rv_arg})), {0}});
     return {cast(b, y, t), none, none};
   }
-  return {cast(b, y, t), mean, invstd};
+  const at::ScalarType st = stats_dtype(c, t, {w_arg, b_arg, rm_arg, rv_arg});
+  return {cast(b, y, t), cast(b, mean, st), cast(b, invstd, st)};
 }
 
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
@@ -634,6 +671,171 @@ Value expand_loss_grad(Builder& b, Value g, const Dims& shape, int64_t reduction
   Value e = b.broadcast_to(g, shape);
   if (reduction == kMean) e = b.div(e, b.full(static_cast<double>(Type{DType::F32, shape}.numel()), b.dtype(e), shape));
   return e;
+}
+
+// ---- margin losses over classes: self [N, C] (or [C], or a scalar as [1, 1]) --
+
+struct ClassRows {
+  Value x;            // [N, C] in opmath
+  int64_t n = 1, c = 1;
+  Dims none_shape;    // the loss shape for reduction='none'
+};
+
+ClassRows class_rows(Context& c, size_t self_arg, size_t target_arg, const char* op, bool target_per_class) {
+  const TensorInfo& in = c.args.info(self_arg);
+  const TensorInfo& tg = c.args.info(target_arg);
+  ClassRows r;
+  TORCH_CHECK(in.dim() <= 2 && (in.dim() < 2 || in.sizes[1] > 0), op,
+              ": Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
+              dims_string(in.sizes));
+  if (in.dim() == 2) {
+    r.n = in.sizes[0];
+    r.c = in.sizes[1];
+  } else {
+    r.c = in.dim() == 0 ? 1 : in.sizes[0];
+  }
+  const Dims want = target_per_class ? (in.dim() == 2 ? Dims{r.n, r.c} : Dims{r.c}) : Dims{r.n};
+  const bool ok = target_per_class ? (tg.dim() <= 1 && in.dim() <= 1 ? tg.numel() == r.c : tg.sizes == want)
+                                   : (tg.dim() <= 1 && tg.numel() == r.n);
+  TORCH_CHECK(ok, op, ": inconsistent target size: ", dims_string(tg.sizes), " for input of size: ",
+              dims_string(in.sizes));
+  r.x = c.b.reshape(c.b.convert(c.args.tensor(self_arg), to_hlo(opmath_type(in.dtype))), {r.n, r.c});
+  if (in.dim() == 2 || (!target_per_class && tg.dim() > 0)) r.none_shape = {r.n};
+  return r;
+}
+
+// Per-row losses [N] -> the reduced loss (sum / mean over rows, or none).
+Value finish_rows(Builder& b, const ClassRows& r, Value rows, int64_t reduction) {
+  if (reduction == kNone) return b.reshape(rows, r.none_shape);
+  Value s = sum_over(b, rows, {0});
+  return reduction == kSum ? s : b.div(s, b.full(static_cast<double>(r.n), b.dtype(s), {}));
+}
+
+// The incoming gradient per row [N] for a loss reduced with `reduction`.
+Value row_grad(Builder& b, const ClassRows& r, Value g, int64_t reduction) {
+  Value e = reduction == kNone ? b.reshape(g, {r.n}) : b.broadcast_in_dim(g, {r.n}, {});
+  if (reduction == kMean) e = b.div(e, b.full(static_cast<double>(r.n), b.dtype(e), {r.n}));
+  return e;
+}
+
+Value class_onehot(Builder& b, Value labels, int64_t n, int64_t cls) {
+  return b.compare(hlo::Cmp::EQ, b.broadcast_in_dim(b.convert(labels, DType::I64), {n, cls}, {0}),
+                   b.iota(Type{DType::I64, {n, cls}}, 1));
+}
+
+// multi_margin_loss: sum over j != y of max(0, margin - x[y] + x[j])^p,
+// times weight[y], over C. Returns (the per-element terms' derivative
+// factor d[N, C] for j != y, per-row loss [N]).
+std::pair<Value, Value> multi_margin_terms(Context& c, const ClassRows& r, size_t target_arg, size_t p_arg,
+                                           size_t margin_arg, size_t weight_arg) {
+  Builder& b = c.b;
+  const int64_t p = c.args.scalar(p_arg).toLong();
+  TORCH_CHECK(p == 1 || p == 2, "only p == 1 and p == 2 supported");
+  const DType ct = b.dtype(r.x);
+  const Dims nc{r.n, r.c};
+  Value y = b.reshape(c.args.tensor(target_arg), {r.n});
+  check_index_range(c, y, r.c, false, "multi_margin_loss: target out of range");
+  Value hot = class_onehot(b, y, r.n, r.c);
+  Value xy = sum_over(b, b.select(hot, r.x, b.zeros(Type{ct, nc})), {1});
+  Value z = b.add(b.sub(b.full(c.args.scalar(margin_arg).toDouble(), ct, nc), b.broadcast_in_dim(xy, nc, {0})), r.x);
+  Value active = b.and_(b.compare(hlo::Cmp::GT, z, b.zeros(Type{ct, nc})), b.not_(hot));
+  Value h = b.select(active, z, b.zeros(Type{ct, nc}));
+  Value term = p == 1 ? h : b.mul(h, h);
+  Value dterm = p == 1 ? b.convert(active, ct) : b.mul(b.full(2, ct, nc), h);
+  Value scale = b.full(1.0 / static_cast<double>(r.c), ct, {r.n});
+  if (c.args.has(weight_arg)) {
+    Value w = b.convert(c.args.tensor(weight_arg), ct);
+    Value wy = sum_over(b, b.select(hot, b.broadcast_in_dim(w, nc, {1}), b.zeros(Type{ct, nc})), {1});
+    scale = b.mul(scale, wy);
+  }
+  Value loss = b.mul(sum_over(b, term, {1}), scale);
+  return {b.mul(dterm, b.broadcast_in_dim(scale, nc, {0})), loss};
+}
+
+// multi_margin_loss(self, target, p, margin, weight, reduction)
+std::vector<Value> lower_multi_margin(Context& c) {
+  ClassRows r = class_rows(c, 0, 1, "multi_margin_loss", false);
+  Value loss = multi_margin_terms(c, r, 1, 2, 3, 4).second;
+  return one(cast(c.b, finish_rows(c.b, r, loss, c.args.int_(5)), c.args.info(0).dtype));
+}
+
+// multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction)
+std::vector<Value> lower_multi_margin_backward(Context& c) {
+  Builder& b = c.b;
+  ClassRows r = class_rows(c, 1, 2, "multi_margin_loss_backward", false);
+  Value d = multi_margin_terms(c, r, 2, 3, 4, 5).first;
+  const Dims nc{r.n, r.c};
+  Value g = row_grad(b, r, b.convert(c.args.tensor(0), b.dtype(r.x)), c.args.int_(6));
+  d = b.mul(d, b.broadcast_in_dim(g, nc, {0}));
+  // x[y] enters every term with the opposite sign.
+  Value hot = class_onehot(b, b.reshape(c.args.tensor(2), {r.n}), r.n, r.c);
+  Value gy = b.broadcast_in_dim(sum_over(b, d, {1}), nc, {0});
+  Value gi = b.select(hot, b.neg(gy), d);
+  return one(cast(b, b.reshape(gi, c.args.info(1).sizes), c.args.info(1).dtype));
+}
+
+// multilabel_margin_loss: per row, the targets are the labels before the
+// first -1; loss = sum over targets k and non-targets j of
+// max(0, 1 - (x[k] - x[j])) / C. Returns (mask [N, K, C] of active terms,
+// is_target [N, C], per-row loss [N]).
+struct MultilabelTerms {
+  Value active, is_target, hot, loss;
+};
+
+MultilabelTerms multilabel_terms(Context& c, const ClassRows& r, size_t target_arg) {
+  Builder& b = c.b;
+  const DType ct = b.dtype(r.x);
+  const int64_t n = r.n, cls = r.c;
+  const Dims nkc{n, cls, cls};
+  Value y = b.convert(b.reshape(c.args.tensor(target_arg), {n, cls}), DType::I64);
+  // valid[i, k]: no -1 at or before k.
+  Value nonneg = b.compare(hlo::Cmp::GE, y, b.zeros(Type{DType::I64, {n, cls}}));
+  Value valid = scan(b, nonneg, 1, "stablehlo.and", 1);
+  Value yc = b.select(valid, y, b.zeros(Type{DType::I64, {n, cls}}));
+  Value ok = b.or_(b.not_(valid), b.compare(hlo::Cmp::LT, yc, b.full_int(cls, DType::I64, {n, cls})));
+  c.args.check(b.reduce(ok, b.constant_bool(true), {0, 1}, "stablehlo.and"),
+               "multilabel_margin_loss: target out of range (" + std::string(c.op) + ")");
+  // hot[i, k, j] = (target k of row i is class j)
+  Value hot = b.and_(b.compare(hlo::Cmp::EQ, b.broadcast_in_dim(yc, nkc, {0, 1}), b.iota(Type{DType::I64, nkc}, 2)),
+                     b.broadcast_in_dim(valid, nkc, {0, 1}));
+  Value is_target = b.reduce(hot, b.constant_bool(false), {1}, "stablehlo.or");
+  Value xk = sum_over(b, b.select(hot, b.broadcast_in_dim(r.x, nkc, {0, 2}), b.zeros(Type{ct, nkc})), {2});
+  Value z = b.add(b.sub(b.full(1, ct, nkc), b.broadcast_in_dim(xk, nkc, {0, 1})), b.broadcast_in_dim(r.x, nkc, {0, 2}));
+  Value active = b.and_(b.and_(b.compare(hlo::Cmp::GT, z, b.zeros(Type{ct, nkc})), b.broadcast_in_dim(valid, nkc, {0, 1})),
+                        b.not_(b.broadcast_in_dim(is_target, nkc, {0, 2})));
+  Value loss = b.div(sum_over(b, b.select(active, z, b.zeros(Type{ct, nkc})), {1, 2}),
+                     b.full(static_cast<double>(cls), ct, {n}));
+  return {active, is_target, hot, loss};
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target)
+std::vector<Value> lower_multilabel_margin(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& in = c.args.info(0);
+  ClassRows r = class_rows(c, 0, 1, "multilabel_margin_loss", true);
+  r.none_shape = in.dim() == 2 ? Dims{r.n} : Dims{};
+  MultilabelTerms t = multilabel_terms(c, r, 1);
+  Value is_target = b.reshape(b.convert(t.is_target, to_hlo(in.dtype)), c.args.info(1).sizes);
+  return {cast(b, finish_rows(b, r, t.loss, c.args.int_(2)), in.dtype), is_target};
+}
+
+// multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target)
+std::vector<Value> lower_multilabel_margin_backward(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& in = c.args.info(1);
+  ClassRows r = class_rows(c, 1, 2, "multilabel_margin_loss_backward", true);
+  r.none_shape = in.dim() == 2 ? Dims{r.n} : Dims{};
+  MultilabelTerms t = multilabel_terms(c, r, 2);
+  const DType ct = b.dtype(r.x);
+  const Dims nkc{r.n, r.c, r.c};
+  Value g = b.div(row_grad(b, r, b.convert(c.args.tensor(0), ct), c.args.int_(3)),
+                  b.full(static_cast<double>(r.c), ct, {r.n}));
+  Value a = b.convert(t.active, ct);
+  // +1 for each active term at its non-target j, -1 at its target k.
+  Value per_k = sum_over(b, a, {2});  // [N, K]
+  Value minus = sum_over(b, b.select(t.hot, b.broadcast_in_dim(per_k, nkc, {0, 1}), b.zeros(Type{ct, nkc})), {1});
+  Value gi = b.mul(b.sub(sum_over(b, a, {1}), minus), b.broadcast_in_dim(g, {r.n, r.c}, {0}));
+  return one(cast(b, b.reshape(gi, in.sizes), in.dtype));
 }
 
 template <typename F>
@@ -959,6 +1161,8 @@ TPU_LOWERINGS(nn) {
   // (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
   reg("aten::max_pool2d_with_indices_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 7); });
   reg("aten::max_pool3d_with_indices_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 7); });
+  reg("aten::max_unpool2d", [](Context& c) { return lower_max_unpool(c, 2); });
+  reg("aten::max_unpool3d", [](Context& c) { return lower_max_unpool(c, 3); });
   reg("aten::avg_pool2d", [](Context& c) { return lower_avg_pool(c, 2); });
   reg("aten::avg_pool3d", [](Context& c) { return lower_avg_pool(c, 3); });
   reg("aten::avg_pool2d_backward", [](Context& c) { return lower_avg_pool_backward(c, 2); });
@@ -989,7 +1193,20 @@ TPU_LOWERINGS(nn) {
   reg("aten::_native_batch_norm_legit_no_training", [](Context& c) {
     return batch_norm(c, 1, 2, 3, 4, false, c.args.double_(5), c.args.double_(6));
   });
+  // The forms torch.nn.functional.batch_norm takes since 2.4: a fourth
+  // result, the (empty) reserve, for backends with cuDNN-like kernels.
+  reg("aten::_batch_norm_with_update", [](Context& c) {
+    std::vector<Value> r = batch_norm(c, 1, 2, 3, 4, true, c.args.double_(5), c.args.double_(6));
+    r.push_back(c.b.zeros(Type{DType::U8, {0}}));
+    return r;
+  });
+  reg("aten::_batch_norm_no_update", [](Context& c) {
+    std::vector<Value> r = batch_norm(c, 1, 2, 3, 4, false, c.args.double_(5), c.args.double_(6));
+    r.push_back(c.b.zeros(Type{DType::U8, {0}}));
+    return r;
+  });
   reg("aten::native_batch_norm_backward", lower_batch_norm_backward);
+  reg("aten::batch_norm_backward", lower_batch_norm_backward);
 
   reg("aten::nll_loss_forward", lower_nll_loss);
   reg("aten::nll_loss2d_forward", lower_nll_loss);
@@ -1035,6 +1252,10 @@ TPU_LOWERINGS(nn) {
     });
   });
   reg("aten::binary_cross_entropy", lower_bce);
+  reg("aten::multi_margin_loss", lower_multi_margin);
+  reg("aten::multi_margin_loss_backward", lower_multi_margin_backward);
+  reg("aten::multilabel_margin_loss_forward", lower_multilabel_margin);
+  reg("aten::multilabel_margin_loss_backward", lower_multilabel_margin_backward);
   reg("aten::binary_cross_entropy_backward", lower_bce_backward);
 
   reg("aten::upsample_nearest1d", [](Context& c) { return lower_upsample_nearest(c, 1, false); });

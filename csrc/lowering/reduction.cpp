@@ -233,20 +233,6 @@ std::vector<Value> lower_all_any(Context& c, bool is_all, bool has_dims) {
   return one(in.dtype == at::kByte ? b.convert(r, DType::U8) : r);
 }
 
-// Inclusive scan along `dim` in log2(n) steps (Hillis-Steele).
-Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity) {
-  const int64_t n = b.dims(x)[dim];
-  const int64_t r = b.rank(x);
-  Value id = b.dtype(x) == DType::Pred ? b.constant_bool(identity != 0) : b.constant(identity, b.dtype(x));
-  for (int64_t shift = 1; shift < n; shift <<= 1) {
-    Dims lo(r, 0), hi(r, 0);
-    lo[dim] = shift;
-    Value shifted = b.slice_dim(b.pad(x, id, lo, hi), dim, 0, n);
-    x = b.binary(op, x, shifted);
-  }
-  return x;
-}
-
 std::vector<Value> lower_cumulative(Context& c, bool is_sum) {
   const TensorInfo& in = c.args.info(0);
   const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
@@ -408,6 +394,13 @@ std::vector<Value> lower_norm(Context& c, size_t dim_arg, size_t keepdim_arg, si
   return one(vector_norm(c, c.args.tensor(0), in, p, dims, keepdim, out));
 }
 
+// maxnorm / (norm + 1e-7) where norm exceeds maxnorm, else 1 (renorm and
+// embedding's max_norm).
+Value renorm_factor(Builder& b, Value norm, double maxnorm) {
+  return b.select(b.compare(Cmp::GT, norm, k(b, maxnorm, norm)),
+                  b.div(k(b, maxnorm, norm), b.add(norm, k(b, 1e-7, norm))), k(b, 1, norm));
+}
+
 // renorm(self, p, dim, maxnorm): slices along dim with a larger norm are
 // scaled down to maxnorm.
 std::vector<Value> lower_renorm(Context& c) {
@@ -423,9 +416,31 @@ std::vector<Value> lower_renorm(Context& c) {
   const at::ScalarType compute = opmath_type(in.dtype);
   Value x = cast(b, c.args.tensor(0), compute);
   Value norm = vector_norm(c, x, TensorInfo{compute, in.sizes, false}, p, others, true, compute);
-  Value factor = b.select(b.compare(Cmp::GT, norm, k(b, maxnorm, norm)),
-                          b.div(k(b, maxnorm, norm), b.add(norm, k(b, 1e-7, norm))), k(b, 1, norm));
-  return one(cast(b, b.mul(x, b.broadcast_to(factor, in.sizes)), in.dtype));
+  return one(cast(b, b.mul(x, b.broadcast_to(renorm_factor(b, norm, maxnorm), in.sizes)), in.dtype));
+}
+
+// embedding_renorm_(self, indices, max_norm, norm_type): the rows of the
+// embedding table that `indices` name are scaled down to max_norm.
+std::vector<Value> lower_embedding_renorm(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const TensorInfo& idx = c.args.info(1);
+  TORCH_CHECK(in.dim() == 2, "embedding_renorm_: expected a 2-D weight, got ", dims_string(in.sizes));
+  TORCH_CHECK(idx.dtype == at::kLong || idx.dtype == at::kInt,
+              "embedding_renorm_: expected indices of type Long or Int, got ", c10::toString(idx.dtype));
+  Builder& b = c.b;
+  const at::ScalarType compute = opmath_type(in.dtype);
+  Value x = cast(b, c.args.tensor(0), compute);
+  const int64_t rows = in.sizes[0];
+  if (idx.numel() == 0 || in.numel() == 0) return one(c.args.tensor(0));
+  Value flat = b.convert(b.reshape(c.args.tensor(1), {idx.numel()}), DType::I64);
+  check_index_range(c, flat, rows, false, "embedding_renorm_: index out of range in self");
+  // used[r] = any(indices == r)
+  Value eq = b.compare(Cmp::EQ, b.broadcast_in_dim(flat, {rows, idx.numel()}, {1}),
+                       b.iota(Type{DType::I64, {rows, idx.numel()}}, 0));
+  Value used = b.reduce(eq, b.constant_bool(false), {1}, "stablehlo.or");
+  Value norm = vector_norm(c, x, TensorInfo{compute, in.sizes, false}, c.args.double_(3), {1}, false, compute);
+  Value factor = b.select(used, renorm_factor(b, norm, c.args.double_(2)), k(b, 1, norm));
+  return one(cast(b, b.mul(x, b.broadcast_in_dim(factor, in.sizes, {0})), in.dtype));
 }
 
 // histc(self, bins, min, max): min == max uses the data's range.
@@ -559,6 +574,7 @@ TPU_LOWERINGS(reduction) {
   reg("aten::norm.ScalarOpt_dim_dtype", [](Context& c) { return lower_norm(c, 2, 3, 4); });
   reg("aten::norm.ScalarOpt_dtype", [](Context& c) { return lower_norm(c, 99, 99, 2); });
   reg("aten::renorm", lower_renorm);
+  reg("aten::embedding_renorm_", lower_embedding_renorm);
   reg("aten::histc", lower_histc);
   reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
   reg("aten::nansum", lower_nansum);

@@ -141,6 +141,41 @@ std::vector<Value> lower_median_dim(Context& c, bool ignore_nan) {
   return {keep_dims(b, v, in.sizes, {dim}, keepdim), keep_dims(b, i, in.sizes, {dim}, keepdim)};
 }
 
+// mode(self, dim, keepdim): the most frequent value along dim (the smallest
+// on ties, as on CPU) and the last index holding it.
+std::vector<Value> lower_mode(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  Builder& b = c.b;
+  Value x = c.args.tensor(0);
+  if (in.dim() == 0) return {x, b.constant_int(0, DType::I64)};
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  const bool keepdim = c.args.bool_(2);
+  TORCH_CHECK_INDEX(in.sizes[dim] > 0, "mode(): Expected reduction dim ", dim, " to have non-zero size.");
+  const int64_t n = in.sizes[dim];
+  const Dims& sizes = in.sizes;
+  auto [v, i] = sort_with_indices(b, x, dim, false);  // stable: equal values keep index order
+  // Where each run of equal values starts, and each element's rank within its run.
+  Value prev = b.slice_dim(b.pad(v, b.zeros(Type{b.dtype(v), {}}), [&] {
+    Dims lo(in.dim(), 0);
+    lo[dim] = 1;
+    return lo;
+  }(), Dims(in.dim(), 0)), dim, 0, n);
+  Value pos = b.iota(Type{DType::I64, sizes}, dim);
+  Value differs = b.dtype(v) == DType::Pred ? b.xor_(prev, v) : b.compare(Cmp::NE, prev, v);
+  Value starts = b.or_(differs, b.compare(Cmp::EQ, pos, b.zeros(Type{DType::I64, sizes})));
+  Value run_start = scan(b, b.select(starts, pos, b.zeros(Type{DType::I64, sizes})), dim, "stablehlo.maximum", 0);
+  Value count = b.add(b.sub(pos, run_start), b.full_int(1, DType::I64, sizes));
+  // The first position reaching the highest count ends the smallest modal run.
+  Dims kept;
+  for (int64_t d = 0; d < in.dim(); ++d) if (d != dim) kept.push_back(d);
+  Value best = b.reduce(count, b.constant_int(0, DType::I64), {dim}, "stablehlo.maximum");
+  Value at_best = b.compare(Cmp::EQ, count, b.broadcast_in_dim(best, sizes, kept));
+  Value end = b.reduce(b.select(at_best, pos, b.full_int(n, DType::I64, sizes)), b.constant_int(n, DType::I64), {dim},
+                       "stablehlo.minimum");
+  Value mv = pick_along(b, v, dim, end), mi = pick_along(b, i, dim, end);
+  return {keep_dims(b, mv, sizes, {dim}, keepdim), keep_dims(b, mi, sizes, {dim}, keepdim)};
+}
+
 // searchsorted(sorted_sequence, self, out_int32, right, side, sorter):
 // the count of sequence entries before each value.
 Value bucket_count(Builder& b, Value seq, Value v, bool right) {
@@ -289,6 +324,7 @@ TPU_LOWERINGS(sort) {
   reg("aten::sort.stable", lower_sort);
   reg("aten::topk", lower_topk);
   reg("aten::kthvalue", lower_kthvalue);
+  reg("aten::mode", lower_mode);
   reg("aten::median", [](Context& c) { return lower_median_all(c, false); });
   reg("aten::nanmedian", [](Context& c) { return lower_median_all(c, true); });
   reg("aten::median.dim", [](Context& c) { return lower_median_dim(c, false); });

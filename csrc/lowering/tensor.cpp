@@ -360,10 +360,31 @@ std::vector<Value> lower_unfold_backward(Context& c) {
   return one(cast(b, rank == 0 ? b.reshape(out, {}) : out, t));
 }
 
+// channel_shuffle(self, groups): [N, g*k, *] -> [N, k*g, *] (the channels
+// of each group interleaved).
+std::vector<Value> lower_channel_shuffle(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t g = c.args.int_(1);
+  TORCH_CHECK(g > 0, "Number of groups to divide channels in must be positive. Value of groups:", g);
+  TORCH_CHECK(in.dim() > 2, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ",
+              dims_string(in.sizes));
+  TORCH_CHECK(in.sizes[1] % g == 0, "Number of channels must be divisible by groups. Got ", in.sizes[1],
+              " channels and ", g, " groups.");
+  Builder& b = c.b;
+  Dims split = in.sizes;
+  split[1] = in.sizes[1] / g;
+  split.insert(split.begin() + 1, g);
+  Dims perm;
+  for (int64_t d = 0; d <= in.dim(); ++d) perm.push_back(d);
+  std::swap(perm[1], perm[2]);
+  return one(b.reshape(b.transpose(b.reshape(c.args.tensor(0), split), perm), in.sizes));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(tensor) {
   reg("aten::fill.Scalar", lower_fill);
+  reg("aten::channel_shuffle", lower_channel_shuffle);
   reg("aten::fill.Tensor", lower_fill);
   reg("aten::zero", [](Context& c) {
     const TensorInfo& self = c.args.info(0);

@@ -42,6 +42,30 @@ NONDETERMINISTIC = {
 CPU_ARGS = {"tensor_split": (0,)}
 
 
+def _mode_index_ok(sample, expected, got) -> bool:
+    """mode's index may name any position that holds the modal value (the
+    CPU's unstable sort picks one arbitrarily on long rows)."""
+    import torch
+
+    x = sample.input
+    if x.dim() == 0:
+        return bool(got[1] == 0)
+    dim = sample.args[0] if sample.args else sample.kwargs.get("dim", -1)
+    keepdim = sample.args[1] if len(sample.args) > 1 else sample.kwargs.get("keepdim", False)
+    idx = got[1] if keepdim else got[1].unsqueeze(dim)
+    picked = torch.take_along_dim(x, idx, dim)
+    want = expected[0] if keepdim else expected[0].unsqueeze(dim)
+    same = picked == want
+    if picked.is_floating_point():
+        same |= picked.isnan() & want.isnan()
+    return bool(same.all())
+
+
+# Ops whose index results may legitimately differ from the CPU's on ties: a
+# check that the tpu index is valid; it then counts as the CPU's.
+TIE_INDICES = {"mode": _mode_index_ok}
+
+
 def _random_sample(op_name, sample) -> bool:
     """Samples whose values are random (dropout active): compare shapes only."""
     if op_name == "nn.functional.scaled_dot_product_attention":
@@ -268,6 +292,10 @@ def _forward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
             if verbose:
                 print(f"  {op.name} {dtype}: {_describe(sample)}: {type(e).__name__}: {str(e)[:300]}")
             continue
+        tie_ok = TIE_INDICES.get(op.name)
+        if tie_ok is not None and isinstance(got, tuple) and got[1].shape == expected[1].shape:
+            if tie_ok(sample, expected, got):
+                got = (got[0], expected[1])
         diff = _compare(expected, got, dtype, values and not _random_sample(op.name, sample))
         if diff is None:
             tally.passed += 1
