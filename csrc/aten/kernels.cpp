@@ -170,7 +170,7 @@ class EagerArgs final : public lowering::Args {
  private:
   static lowering::TensorInfo info_of(const at::Tensor& t) {
     return lowering::TensorInfo{t.scalar_type(), t.sizes().vec(),
-                                t.unsafeGetTensorImpl()->is_wrapped_number()};
+                                t.unsafeGetTensorImpl()->is_wrapped_number(), t.is_contiguous()};
   }
   std::vector<at::Tensor> list(size_t i) const {
     const c10::IValue& v = args_.at(i);

@@ -37,6 +37,10 @@ struct TensorInfo {
   // A Python number turned into a 0-dim tensor: it takes part in type
   // promotion like a Scalar.
   bool wrapped_number = false;
+  // Row-major contiguous: a few ops pick their algorithm by layout on the
+  // CPU (linalg.solve and det factor A^T when A is contiguous), and their
+  // backward formulas rely on that choice.
+  bool contiguous = true;
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   int64_t numel() const {
     int64_t n = 1;
