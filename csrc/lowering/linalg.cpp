@@ -151,6 +151,17 @@ Value p_distance(Builder& b, Value diff, double p) {
   return b.pow(s, b.full(1.0 / p, dt, b.dims(s)));
 }
 
+// x1 [.., P, M] and x2 [.., R, M] with their batch dims broadcast together.
+std::pair<Value, Value> cdist_operands(Builder& b, Value x1, Value x2) {
+  const Dims& d1 = b.dims(x1);
+  const Dims& d2 = b.dims(x2);
+  Dims batch = broadcast_shapes(Dims(d1.begin(), d1.end() - 2), Dims(d2.begin(), d2.end() - 2));
+  Dims f1 = batch, f2 = batch;
+  f1.insert(f1.end(), d1.end() - 2, d1.end());
+  f2.insert(f2.end(), d2.end() - 2, d2.end());
+  return {b.broadcast_to(x1, f1), b.broadcast_to(x2, f2)};
+}
+
 // _cdist_forward(x1 [.., P, M], x2 [.., R, M], p, compute_mode)
 std::vector<Value> lower_cdist(Context& c) {
   const TensorInfo& a = c.args.info(0);
@@ -161,8 +172,8 @@ std::vector<Value> lower_cdist(Context& c) {
   Builder& b = c.b;
   const at::ScalarType t = a.dtype;
   const DType ct = to_hlo(opmath_type(t));
-  Value x1 = b.convert(c.args.tensor(0), ct), x2 = b.convert(c.args.tensor(1), ct);
-  const int64_t r = a.dim();
+  auto [x1, x2] = cdist_operands(b, b.convert(c.args.tensor(0), ct), b.convert(c.args.tensor(1), ct));
+  const int64_t r = b.rank(x1);
   const int64_t P = a.sizes[r - 2], R = bi.sizes[r - 2];
   const bool use_mm = p == 2 && (mode == 1 || (mode == 0 && (P > 25 || R > 25)));
   if (use_mm) {
@@ -216,9 +227,12 @@ std::vector<Value> lower_cdist_backward(Context& c) {
   Builder& b = c.b;
   const DType ct = to_hlo(opmath_type(t));
   Value g = b.convert(c.args.tensor(0), ct);
-  Value r = cdist_grad(b, g, b.convert(c.args.tensor(1), ct), b.convert(c.args.tensor(2), ct),
-                       b.convert(c.args.tensor(4), ct), c.args.double_(3));
-  return one(cast(b, r, t));
+  if (b.type(g).numel() == 0 || c.args.info(1).sizes.back() == 0) {
+    return one(b.zeros(Type{to_hlo(t), c.args.info(1).sizes}));  // as the CPU: zeros like x1
+  }
+  auto [x1, x2] = cdist_operands(b, b.convert(c.args.tensor(1), ct), b.convert(c.args.tensor(2), ct));
+  Value r = cdist_grad(b, g, x1, x2, b.convert(c.args.tensor(4), ct), c.args.double_(3));
+  return one(cast(b, r, t));  // in the broadcast shape: autograd sums it back
 }
 
 // Row-major pairs (i, j), i < j, of n points.

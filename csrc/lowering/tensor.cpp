@@ -232,22 +232,24 @@ std::vector<Value> lower_trace(Context& c) {
   return one(cast(b, r, out));
 }
 
-// arange.start_out(start, end, step, *, out): values in the out dtype.
+// arange.start_out(start, end, step, *, out). As on the CPU, an integral
+// out dtype truncates start, end and step first (the int64 size rule works
+// on the truncated values, the others' on the originals); floating dtypes
+// step in double.
 std::vector<Value> lower_arange_out(Context& c) {
   const c10::Scalar start = c.args.scalar(0), end = c.args.scalar(1);
   const c10::Scalar step = c.args.has(2) ? c.args.scalar(2) : c10::Scalar(1);
   const at::ScalarType t = c.args.out_dtype().value_or(at::kLong);
   Builder& b = c.b;
-  const bool integral = is_integral(t) && !start.isFloatingPoint() && !end.isFloatingPoint() && !step.isFloatingPoint();
   int64_t n;
-  if (integral) {
+  if (is_integral(t)) {
     const int64_t s = start.toLong(), e = end.toLong(), st = step.toLong();
     TORCH_CHECK(st != 0, "step must be nonzero");
     TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
-    n = (e - s + st - (st > 0 ? 1 : -1)) / st;
+    n = t == at::kLong ? (e - s + st - (st > 0 ? 1 : -1)) / st
+                       : static_cast<int64_t>(std::ceil((end.toDouble() - start.toDouble()) / step.toDouble()));
     Value i = b.iota(Type{DType::I64, {n}}, 0);
-    Value v = b.add(b.broadcast_in_dim(c.args.runtime_scalar(start, DType::I64), {n}, {}),
-                    b.mul(i, b.broadcast_in_dim(c.args.runtime_scalar(step, DType::I64), {n}, {})));
+    Value v = b.add(b.full_int(s, DType::I64, {n}), b.mul(i, b.full_int(st, DType::I64, {n})));
     return one(cast(b, v, t));
   }
   const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
@@ -261,19 +263,30 @@ std::vector<Value> lower_arange_out(Context& c) {
   return one(cast(b, v, t));
 }
 
-// linspace.out(start, end, steps, *, out): symmetric from both ends.
-Value linspace_values(Context& c, int64_t steps) {
+// The points of linspace(start, end, steps) for out dtype t, symmetric from
+// both ends as on the CPU: integral dtypes truncate start and end first and
+// step in double; floating ones round start and end to their dtype and step
+// in its opmath precision.
+Value linspace_values(Context& c, int64_t steps, at::ScalarType t) {
   Builder& b = c.b;
-  const double s = c.args.scalar(0).toDouble(), e = c.args.scalar(1).toDouble();
-  if (steps == 0) return b.zeros(Type{DType::F64, {0}});
-  if (steps == 1) return b.full(s, DType::F64, {1});
-  const double step = (e - s) / static_cast<double>(steps - 1);
-  Value i = b.convert(b.iota(Type{DType::I64, {steps}}, 0), DType::F64);
-  Value from_start = b.add(b.full(s, DType::F64, {steps}), b.mul(i, b.full(step, DType::F64, {steps})));
-  Value from_end = b.sub(b.full(e, DType::F64, {steps}),
-                         b.mul(b.sub(b.full(static_cast<double>(steps - 1), DType::F64, {steps}), i),
-                               b.full(step, DType::F64, {steps})));
-  Value first_half = b.compare(Cmp::LT, i, b.full(static_cast<double>(steps / 2), DType::F64, {steps}));
+  const bool integral = is_integral(t);
+  const DType ct = integral ? DType::F64 : to_hlo(opmath_type(t));
+  double s = c.args.scalar(0).toDouble(), e = c.args.scalar(1).toDouble();
+  if (integral) {
+    s = static_cast<double>(c.args.scalar(0).toLong());
+    e = static_cast<double>(c.args.scalar(1).toLong());
+  }
+  auto endpoint = [&](double v, int64_t n) {
+    return integral ? b.full(v, ct, {n}) : b.convert(b.full(v, to_hlo(t), {n}), ct);
+  };
+  if (steps == 0) return b.zeros(Type{ct, {0}});
+  if (steps == 1) return b.full(s, ct, {1});  // a fill with start itself
+  Value sv = endpoint(s, steps), ev = endpoint(e, steps);
+  Value step = b.div(b.sub(ev, sv), b.full(static_cast<double>(steps - 1), ct, {steps}));
+  Value i = b.convert(b.iota(Type{DType::I64, {steps}}, 0), ct);
+  Value from_start = b.add(sv, b.mul(step, i));
+  Value from_end = b.sub(ev, b.mul(step, b.sub(b.full(static_cast<double>(steps - 1), ct, {steps}), i)));
+  Value first_half = b.compare(Cmp::LT, i, b.full(static_cast<double>(steps / 2), ct, {steps}));
   return b.select(first_half, from_start, from_end);
 }
 
@@ -281,23 +294,19 @@ std::vector<Value> lower_linspace_out(Context& c) {
   const int64_t steps = c.args.int_(2);
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   const at::ScalarType t = c.args.out_dtype().value_or(default_float());
-  Builder& b = c.b;
-  Value v = linspace_values(c, steps);
-  if (is_integral(t)) {
-    // Integral linspace truncates each value, as PyTorch does.
-    return one(cast(b, v, t));
-  }
-  return one(cast(b, v, t));
+  return one(cast(c.b, linspace_values(c, steps, t), t));  // integral dtypes truncate each value
 }
 
 std::vector<Value> lower_logspace_out(Context& c) {
-  // logspace.out(start, end, steps, base, *, out)
+  // logspace.out(start, end, steps, base, *, out): base ** linspace(...),
+  // the power in double for integral dtypes.
   const int64_t steps = c.args.int_(2);
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   const double base = c.args.double_(3);
   const at::ScalarType t = c.args.out_dtype().value_or(default_float());
   Builder& b = c.b;
-  Value v = linspace_values(c, steps);
-  return one(cast(b, b.pow(b.full(base, DType::F64, b.dims(v)), v), t));
+  Value v = linspace_values(c, steps, t);
+  return one(cast(b, b.pow(b.full(base, b.dtype(v), b.dims(v)), v), t));
 }
 
 std::vector<Value> eye(Context& c, int64_t n, int64_t m) {
