@@ -262,60 +262,111 @@ std::vector<Value> lower_bucketize(Context& c) {
   return one(c.args.bool_(2) ? b.convert(cnt, DType::I32) : cnt);
 }
 
-// unique over the flattened input (sorted, or consecutive runs only):
-// (values, inverse, counts). The number of distinct values is read back.
+// Row i of x [n, k] before row j in lexicographic order (NaN last per entry).
+Value rows_precede(Builder& b, const std::vector<Value>& a, int64_t k) {
+  // a = (lhs_0, rhs_0, lhs_1, rhs_1, ...): decide on the first differing column.
+  Value result = b.constant_bool(false);
+  for (int64_t j = k - 1; j >= 0; --j) {
+    Value lt = precedes(b, a[2 * j], a[2 * j + 1], false);
+    Value gt = precedes(b, a[2 * j + 1], a[2 * j], false);
+    result = b.select(b.or_(lt, gt), lt, result);
+  }
+  return result;
+}
+
+// The distinct rows of x [n, k] (sorted, or consecutive runs only): values
+// [count, k], inverse [n] (the group of each input row) and counts [count].
+// The number of groups is read back from the device.
+std::vector<Value> unique_rows(Context& c, Value x, bool sort_first) {
+  Builder& b = c.b;
+  const int64_t n = b.dims(x)[0], k = b.dims(x)[1];
+  const DType dt = b.dtype(x);
+  Value order = b.iota(Type{DType::I64, {n}}, 0);
+  if (sort_first) {
+    std::vector<Value> cols;
+    for (int64_t j = 0; j < k; ++j) cols.push_back(b.reshape(b.slice(x, {0, j}, {n, j + 1}), {n}));
+    cols.push_back(order);
+    auto sorted = b.sort(cols, 0, true, [k](Builder& rb, const std::vector<Value>& a) {
+      return std::vector<Value>{rows_precede(rb, a, k)};
+    });
+    order = sorted.back();
+    sorted.pop_back();
+    std::vector<Value> parts;
+    for (Value col : sorted) parts.push_back(b.reshape(col, {n, 1}));
+    x = b.concatenate(parts, 1);
+  }
+  // A run starts where a row differs from its predecessor (NaNs all differ,
+  // as on the CPU).
+  Value prev = b.slice(x, {0, 0}, {n - 1, k});
+  Value cur = b.slice(x, {1, 0}, {n, k});
+  Value differs = dt == DType::Pred ? b.xor_(prev, cur) : b.compare(Cmp::NE, prev, cur);
+  differs = b.reduce(differs, b.constant_bool(false), {1}, "stablehlo.or");
+  Value starts = b.concatenate({b.broadcast_in_dim(b.constant_bool(true), {1}, {}), differs}, 0);
+  Value group = b.sub(scan(b, b.convert(starts, DType::I64), 0, "stablehlo.add", 0), b.full_int(1, DType::I64, {n}));
+  const int64_t count = c.args.host_int(b.reduce(b.convert(starts, DType::I64), b.constant_int(0, DType::I64), {0},
+                                                 "stablehlo.add"));
+  Builder::ScatterDims rows_dn;
+  rows_dn.update_window_dims = {1};
+  rows_dn.inserted_window_dims = {0};
+  rows_dn.scatter_dims_to_operand_dims = {0};
+  rows_dn.index_vector_dim = 1;
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = {0};
+  dn.scatter_dims_to_operand_dims = {0};
+  dn.index_vector_dim = 1;
+  // values[group] = row (all rows of a group are equal; any write wins).
+  Value slot = b.reshape(group, {n, 1});
+  Value values = b.scatter(b.zeros(Type{dt, {count, k}}), slot, x, rows_dn, nullptr);
+  // inverse[order[j]] = group[j]
+  Value inverse = b.scatter(b.zeros(Type{DType::I64, {n}}), b.reshape(order, {n, 1}), group, dn, nullptr);
+  Value counts = b.scatter(b.zeros(Type{DType::I64, {count}}), slot, b.full_int(1, DType::I64, {n}), dn,
+                           [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
+  return {values, inverse, counts};
+}
+
+// unique over the flattened input: (values, inverse, counts), the last two
+// empty unless asked for.
 std::vector<Value> unique_flat(Context& c, bool sort_first, bool want_inverse, bool want_counts) {
   c.args.output_depends_on_data();
   const TensorInfo& in = c.args.info(0);
   Builder& b = c.b;
   const int64_t n = in.numel();
   const DType dt = to_hlo(in.dtype);
+  Value none = b.zeros(Type{DType::I64, {0}});
+  if (n == 0) return {b.zeros(Type{dt, {0}}), want_inverse ? b.zeros(Type{DType::I64, in.sizes}) : none, none};
+  std::vector<Value> r = unique_rows(c, b.reshape(c.args.tensor(0), {n, 1}), sort_first);
+  return {b.reshape(r[0], {b.dims(r[0])[0]}), want_inverse ? b.reshape(r[1], in.sizes) : none,
+          want_counts ? r[2] : none};
+}
+
+// unique along dim: the distinct slices x[..., i, ...] (values, inverse,
+// counts); inverse and counts always come back.
+std::vector<Value> unique_along(Context& c, int64_t dim_arg, bool sort_first) {
+  c.args.output_depends_on_data();
+  const TensorInfo& in = c.args.info(0);
+  Builder& b = c.b;
+  const int64_t dim = wrap_dim(c.args.int_(dim_arg), in.dim());
+  const int64_t n = in.dim() == 0 ? 1 : in.sizes[dim];
+  int64_t k = 1;
+  for (int64_t d = 0; d < in.dim(); ++d) {
+    if (d != dim) k *= in.sizes[d];
+  }
   if (n == 0) {
-    return {b.zeros(Type{dt, {0}}), b.zeros(Type{DType::I64, in.sizes}), b.zeros(Type{DType::I64, {0}})};
+    return {c.args.tensor(0), b.zeros(Type{DType::I64, {0}}), b.zeros(Type{DType::I64, {0}})};
   }
-  Value x = b.reshape(c.args.tensor(0), {n});
-  Value order = b.iota(Type{DType::I64, {n}}, 0);
-  if (sort_first) {
-    auto [v, i] = sort_with_indices(b, x, 0, false);
-    x = v;
-    order = i;
-  }
-  // A run starts where the value differs from its predecessor.
-  Value prev = b.slice(x, {0}, {n - 1});
-  Value cur = b.slice(x, {1}, {n});
-  Value differs = b.dtype(x) == DType::Pred ? b.xor_(prev, cur) : b.compare(Cmp::NE, prev, cur);
-  if (hlo::is_float(b.dtype(x))) {
-    // NaNs are all distinct from each other, as on CPU.
-    differs = b.or_(differs, b.compare(Cmp::NE, cur, cur));
-  }
-  Value starts = b.concatenate({b.broadcast_in_dim(b.constant_bool(true), {1}, {}), differs}, 0);
-  Value group = b.sub(b.reduce_window(b.convert(starts, DType::I64), b.constant_int(0, DType::I64), {n}, {1}, {1}, {1},
-                                      {{n - 1, 0}}, "stablehlo.add"),
-                      b.full_int(1, DType::I64, {n}));
-  const int64_t count = c.args.host_int(b.reduce(b.convert(starts, DType::I64), b.constant_int(0, DType::I64), {0},
-                                                 "stablehlo.add"));
-  Builder::ScatterDims dn;
-  dn.inserted_window_dims = {0};
-  dn.scatter_dims_to_operand_dims = {0};
-  dn.index_vector_dim = 1;
-  // values[group] = x (all members of a group are equal; any write wins).
-  Value slot = b.reshape(group, {n, 1});
-  Value values = b.scatter(b.zeros(Type{dt, {count}}), slot, x, dn, nullptr);
-  Value inverse, counts;
-  if (want_inverse) {
-    // inverse[order[j]] = group[j]
-    inverse = b.scatter(b.zeros(Type{DType::I64, {n}}), b.reshape(order, {n, 1}), group, dn, nullptr);
-    inverse = b.reshape(inverse, in.sizes);
-  } else {
-    inverse = b.zeros(Type{DType::I64, {0}});
-  }
-  if (want_counts) {
-    counts = b.scatter(b.zeros(Type{DType::I64, {count}}), slot, b.full_int(1, DType::I64, {n}), dn,
-                       [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
-  } else {
-    counts = b.zeros(Type{DType::I64, {0}});
-  }
-  return {values, inverse, counts};
+  TORCH_CHECK(k > 0, "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  // Move dim to the front: rows are the slices.
+  Dims perm{dim};
+  for (int64_t d = 0; d < in.dim(); ++d) if (d != dim) perm.push_back(d);
+  Value x = in.dim() == 0 ? b.reshape(c.args.tensor(0), {1, 1}) : b.reshape(b.transpose(c.args.tensor(0), perm), {n, k});
+  std::vector<Value> r = unique_rows(c, x, sort_first);
+  const int64_t count = b.dims(r[0])[0];
+  if (in.dim() == 0) return {b.reshape(r[0], {}), r[1], r[2]};
+  Dims moved{count};
+  for (int64_t d = 0; d < in.dim(); ++d) if (d != dim) moved.push_back(in.sizes[d]);
+  Dims back(in.dim());
+  for (int64_t i = 0; i < in.dim(); ++i) back[perm[i]] = i;
+  return {b.transpose(b.reshape(r[0], moved), back), r[1], r[2]};
 }
 
 }  // namespace
@@ -342,9 +393,17 @@ TPU_LOWERINGS(sort) {
   });
   // unique_consecutive(self, return_inverse, return_counts, dim?)
   reg("aten::unique_consecutive", [](Context& c) {
-    if (c.args.has(3)) unsupported(c, "the dim argument");
+    if (c.args.has(3)) {
+      std::vector<Value> r = unique_along(c, 3, false);
+      Value none = c.b.zeros(Type{DType::I64, {0}});
+      return std::vector<Value>{r[0], c.args.bool_(1) ? r[1] : none, c.args.bool_(2) ? r[2] : none};
+    }
     return unique_flat(c, false, c.args.bool_(1), c.args.bool_(2));
   });
+  // unique_dim(self, dim, sorted, return_inverse, return_counts)
+  reg("aten::unique_dim", [](Context& c) { return unique_along(c, 1, true); });
+  // unique_dim_consecutive(self, dim, return_inverse, return_counts)
+  reg("aten::unique_dim_consecutive", [](Context& c) { return unique_along(c, 1, false); });
 }
 
 }  // namespace tpu::lowering

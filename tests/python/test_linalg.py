@@ -1,0 +1,187 @@
+"""Decompositions and solvers on tpu against CPU PyTorch (LAPACK): batches,
+non-contiguous and empty inputs, singular and rank-deficient matrices, and
+gradients. Eigen- and singular vectors are unique only up to sign, so they
+are checked through what is unique: reconstructions and projectors."""
+
+import pytest
+import torch
+
+from conftest import assert_same
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def rand(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def tpu(*xs):
+    return [x.to("tpu") for x in xs]
+
+
+def close(got, want, **tol):
+    torch.testing.assert_close(got.cpu(), want, **(tol or TOL))
+
+
+SHAPES = [(4, 4), (3, 5, 5), (2, 1, 3, 3), (1, 1), (0, 3, 3), (0, 0)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_det_slogdet_inv(shape, dtype):
+    a = rand(*shape, dtype=dtype)
+    (at,) = tpu(a)
+    close(torch.linalg.det(at), torch.linalg.det(a))
+    sign, logabs = torch.linalg.slogdet(at)
+    want = torch.linalg.slogdet(a)
+    close(sign, want.sign)
+    close(logabs, want.logabsdet)
+    close(torch.linalg.inv(at), torch.linalg.inv(a))
+    # Non-contiguous: det factors A^T only when A is contiguous.
+    close(torch.linalg.det(at.mT), torch.linalg.det(a.mT))
+
+
+def test_singular_matrices():
+    a = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    (at,) = tpu(a)
+    assert torch.linalg.det(at).item() == 0.0
+    sign, logabs = torch.linalg.slogdet(at)
+    assert sign.item() == 0.0 and logabs.item() == float("-inf")
+    lu, piv, info = torch.linalg.lu_factor_ex(at)
+    assert info.item() == torch.linalg.lu_factor_ex(a).info.item() == 2
+    with pytest.raises(torch.linalg.LinAlgError):
+        torch.linalg.inv(at)
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 5), (5, 3), (2, 4, 6), (0, 3)], ids=str)
+def test_lu(shape):
+    a = rand(*shape, seed=1)
+    (at,) = tpu(a)
+    lu, piv = torch.linalg.lu_factor(at)
+    want_lu, want_piv = torch.linalg.lu_factor(a)
+    close(lu, want_lu)
+    assert torch.equal(piv.cpu(), want_piv)
+    for got, want in zip(torch.linalg.lu(at), torch.linalg.lu(a)):
+        close(got, want)
+    for got, want in zip(torch.lu_unpack(lu, piv), torch.lu_unpack(want_lu, want_piv)):
+        close(got, want)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [True, False])
+def test_lu_solve(left, adjoint):
+    a, b = rand(3, 4, 4, seed=2), rand(3, 4, 4, seed=3)
+    lu, piv = torch.linalg.lu_factor(a)
+    got = torch.linalg.lu_solve(*tpu(lu, piv, b), left=left, adjoint=adjoint)
+    close(got, torch.linalg.lu_solve(lu, piv, b, left=left, adjoint=adjoint))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((4, 4), (4,)), ((4, 4), (4, 2)), ((3, 4, 4), (4, 1)),
+                                             ((2, 1, 3, 3), (5, 3, 2)), ((3, 3), (2, 3, 3))], ids=str)
+def test_solve_broadcasts(a_shape, b_shape):
+    a, b = rand(*a_shape, seed=4), rand(*b_shape, seed=5)
+    close(torch.linalg.solve(*tpu(a, b)), torch.linalg.solve(a, b))
+    if len(b_shape) > 1:
+        bt = b.mT.contiguous()
+        close(torch.linalg.solve(*tpu(a, bt), left=False), torch.linalg.solve(a, bt, left=False))
+
+
+def test_solve_gradients():
+    a, b = rand(4, 4, seed=6), rand(4, 2, seed=7)
+    grads = {}
+    for dev in ("cpu", "tpu"):
+        x, y = a.to(dev).requires_grad_(), b.to(dev).requires_grad_()
+        out = torch.linalg.solve(x, y).square().sum() + torch.linalg.det(x) + torch.linalg.inv(x).sum()
+        grads[dev] = [g.cpu() for g in torch.autograd.grad(out, (x, y))]
+    for got, want in zip(grads["tpu"], grads["cpu"]):
+        close(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4), (2, 6, 2), (0, 3)], ids=str)
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(shape, mode):
+    a = rand(*shape, seed=8)
+    q, r = torch.linalg.qr(*tpu(a), mode=mode)
+    want_q, want_r = torch.linalg.qr(a, mode=mode)
+    # geqrf's sign convention (beta = -sign(alpha) ||x||) makes Q and R unique.
+    close(r, want_r)
+    close(q, want_q)
+
+
+def test_householder_and_ormqr():
+    a = rand(6, 4, seed=9)
+    v, tau = torch.geqrf(a)
+    gv, gtau = torch.geqrf(*tpu(a))
+    close(gv, v)
+    close(gtau, tau)
+    close(torch.linalg.householder_product(gv, gtau), torch.linalg.householder_product(v, tau))
+    c = rand(6, 3, seed=10)
+    for left, transpose in [(True, False), (True, True)]:
+        close(torch.ormqr(gv, gtau, c.to("tpu"), left, transpose), torch.ormqr(v, tau, c, left, transpose))
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (3, 4, 4), (1, 1), (0, 3, 3)], ids=str)
+def test_eigh(shape):
+    a = rand(*shape, seed=11)
+    a = a + a.mT
+    w, v = torch.linalg.eigh(*tpu(a))
+    close(w, torch.linalg.eigvalsh(a))
+    w, v = w.cpu(), v.cpu()
+    n = shape[-1]
+    torch.testing.assert_close(v @ torch.diag_embed(w) @ v.mT, a, **TOL)
+    torch.testing.assert_close(v.mT @ v, torch.eye(n).expand_as(a), **TOL)
+    # Only the named triangle is read.
+    upper = torch.triu(a) + 100 * torch.tril(torch.ones_like(a), -1)
+    close(torch.linalg.eigvalsh(upper.to("tpu"), UPLO="U"), torch.linalg.eigvalsh(a))
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (5, 5), (2, 3, 7), (0, 2), (3, 0)], ids=str)
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(shape, full):
+    a = rand(*shape, seed=12)
+    u, s, vh = (x.cpu() for x in torch.linalg.svd(a.to("tpu"), full_matrices=full))
+    close(s, torch.linalg.svdvals(a))
+    k = min(shape[-2:])
+    torch.testing.assert_close((u[..., :k] * s.unsqueeze(-2)) @ vh[..., :k, :], a, **TOL)
+    m, n = shape[-2:]
+    eye_u = torch.eye(u.shape[-1]).expand(*u.shape[:-2], -1, -1)
+    torch.testing.assert_close(u.mT @ u, eye_u, **TOL)
+    torch.testing.assert_close(vh @ vh.mT, torch.eye(vh.shape[-2]).expand(*vh.shape[:-2], -1, -1), **TOL)
+
+
+def test_rank_deficient_svd_keeps_orthonormal_vectors():
+    a = torch.zeros(5, 3)
+    a[:, 0] = rand(5, seed=13)
+    u, s, vh = (x.cpu() for x in torch.linalg.svd(a.to("tpu"), full_matrices=False))
+    assert s[1:].abs().max() < 1e-6
+    torch.testing.assert_close(u.mT @ u, torch.eye(3), **TOL)
+    close(torch.linalg.matrix_rank(a.to("tpu")), torch.linalg.matrix_rank(a))
+    close(torch.linalg.pinv(a.to("tpu")), torch.linalg.pinv(a))
+
+
+def test_cholesky_solve_and_inverse():
+    m = rand(3, 4, 4, seed=14)
+    spd = m @ m.mT + 4 * torch.eye(4)
+    for upper in (False, True):
+        f = torch.linalg.cholesky(spd, upper=upper)
+        b = rand(3, 4, 2, seed=15)
+        close(torch.cholesky_solve(*tpu(b, f), upper=upper), torch.cholesky_solve(b, f, upper=upper))
+        close(torch.cholesky_inverse(f[0].to("tpu"), upper=upper), torch.cholesky_inverse(f[0], upper=upper))
+
+
+def test_integer_input_is_rejected_like_cpu():
+    a = torch.ones(3, 3, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.linalg.det(a.to("tpu"))
+    with pytest.raises(NotImplementedError):
+        torch.linalg.det(a.to(torch.bfloat16).to("tpu"))
+
+
+def test_matrix_functions_built_on_decompositions():
+    a = rand(4, 4, seed=16)
+    (at,) = tpu(a)
+    close(torch.linalg.matrix_power(at, -3), torch.linalg.matrix_power(a, -3), rtol=1e-3, atol=1e-3)
+    close(torch.linalg.cond(at), torch.linalg.cond(a), rtol=1e-3, atol=1e-3)
+    close(torch.linalg.matrix_norm(at, "nuc"), torch.linalg.matrix_norm(a, "nuc"))
+    assert_same(torch.linalg.matrix_rank(at), torch.linalg.matrix_rank(a))
