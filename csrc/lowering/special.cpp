@@ -221,6 +221,8 @@ TPU_LOWERINGS(special) {
   reg("aten::special_i0e", [](Context& c) { return bessel(c, 0, true); });
   reg("aten::special_i1", [](Context& c) { return bessel(c, 1, false); });
   reg("aten::special_i1e", [](Context& c) { return bessel(c, 1, true); });
+  reg("aten::special_modified_bessel_i0", [](Context& c) { return bessel(c, 0, false); });
+  reg("aten::special_modified_bessel_i1", [](Context& c) { return bessel(c, 1, false); });
   reg("aten::frexp.Tensor", lower_frexp);
 }
 

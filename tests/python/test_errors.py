@@ -44,14 +44,14 @@ def test_shape_error_message_names_the_shapes():
         torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(4, 5, device="tpu"))
 
 
-# An op with no lowering (the Airy function): its out= variant is what reaches the backend.
-UNLOWERED_OP = "aten::special_airy_ai.out"
+# An op with no lowering (the eigenvalues of a general matrix).
+UNLOWERED_OP = "aten::_linalg_eigvals"
 
 
 def test_missing_lowering_names_op_and_fallback():
-    x = torch.randn(8, device="tpu")
+    x = torch.randn(4, 4, device="tpu")
     with pytest.raises(NotImplementedError) as e:
-        torch.special.airy_ai(x)
+        torch.linalg.eigvals(x)
     msg = str(e.value)
     assert UNLOWERED_OP in msg and "tpu" in msg
     assert "TORCH_TPU_CPU_FALLBACK=1" in msg and "set_cpu_fallback(True)" in msg
@@ -59,24 +59,24 @@ def test_missing_lowering_names_op_and_fallback():
 
 def test_cpu_fallback_is_opt_in_and_counted():
     assert not torch_tpu.cpu_fallback_enabled()
-    x = torch.randn(8)
+    x = torch.randn(4, 4)
     torch_tpu.set_cpu_fallback(True)
     try:
         before = torch_tpu.cpu_fallback_counts().get(UNLOWERED_OP, 0)
-        y = torch.special.airy_ai(x.to("tpu"))
+        y = torch.linalg.eigvals(x.to("tpu"))
         assert y.device.type == "tpu"
-        torch.testing.assert_close(y.cpu(), torch.special.airy_ai(x))
+        torch.testing.assert_close(y.cpu(), torch.linalg.eigvals(x))
         assert torch_tpu.cpu_fallback_counts()[UNLOWERED_OP] == before + 1
     finally:
         torch_tpu.set_cpu_fallback(False)
     with pytest.raises(NotImplementedError):
-        torch.special.airy_ai(x.to("tpu"))
+        torch.linalg.eigvals(x.to("tpu"))
 
 
 def test_cpu_fallback_from_environment():
     r = run_python(
         "import torch, torch_tpu\n"
-        "y = torch.special.airy_ai(torch.ones(4, device='tpu'))\n"
+        "y = torch.linalg.eigvals(torch.eye(3, device='tpu'))\n"
         "print(torch_tpu.cpu_fallback_counts())\n",
         env={"TORCH_TPU_CPU_FALLBACK": "1"},
     )
