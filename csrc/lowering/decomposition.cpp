@@ -885,6 +885,133 @@ Value complete_basis(Builder& b, Value U) {
   return b.concatenate({U, rest}, r - 1);
 }
 
+// The reduced SVD of A [B..., m, n]: (U [m, k], S [k] descending, V [n, k]).
+std::vector<Value> svd_reduced(Builder& b, Value a) {
+  const Dims& d = b.dims(a);
+  const int64_t r = b.rank(a);
+  const bool wide = d[r - 2] < d[r - 1];
+  std::vector<Value> usv = jacobi_svd_tall(b, wide ? mT(b, a) : a);
+  if (wide) std::swap(usv[0], usv[2]);  // A^T = U' S V'^T  =>  A = V' S U'^T
+  return usv;
+}
+
+// linalg_lstsq(A, B, rcond, *, driver) -> (solution, residuals, rank,
+// singular_values): the minimum-norm least-squares solution from the SVD,
+// singular values below rcond * s_max treated as zero (what gelsy, gelsd
+// and gelss compute, and gels for full-rank A). The other results follow
+// LAPACK's per-driver conventions, as on the CPU.
+std::vector<Value> lower_lstsq(Context& c) {
+  Builder& b = c.b;
+  Value a = matrix_arg(c, 0, "torch.linalg.lstsq", false);
+  const TensorInfo& ai = c.args.info(0);
+  const TensorInfo& bi = c.args.info(1);
+  TORCH_CHECK(ai.dtype == bi.dtype, "torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+              "input with dtype ", c10::toString(ai.dtype), " and other with dtype ", c10::toString(bi.dtype));
+  const std::string driver = c.args.has(3) ? c.args.string(3) : "gelsy";
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  const int64_t r = ai.dim();
+  const int64_t m = ai.sizes[r - 2], n = ai.sizes[r - 1], k = std::min(m, n);
+  const bool vec = bi.dim() == ai.dim() - 1;
+  Value rhs = vec ? b.reshape(c.args.tensor(1), cat(bi.sizes, {1})) : c.args.tensor(1);
+  TORCH_CHECK(b.dims(rhs)[b.rank(rhs) - 2] == m, "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
+  auto [A, Bm] = common_batch(b, a, rhs);
+  const Dims& ad = b.dims(A);
+  const Dims batch = batch_of(ad);
+  const DType dt = b.dtype(A);
+  const double eps = dt == DType::F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+  const double rcond = c.args.has(2) && c.args.double_(2) > 0 ? c.args.double_(2) : eps * std::max(m, n);
+  Value solution, rank, S;
+  const int64_t nrhs = b.dims(Bm).back();
+  if (k == 0) {
+    solution = b.zeros(Type{dt, cat(batch, {n, nrhs})});
+    rank = b.zeros(Type{DType::I64, batch});
+    S = b.zeros(Type{dt, cat(batch, {0})});
+  } else {
+    std::vector<Value> usv = svd_reduced(b, A);
+    S = usv[1];
+    const Dims kd = cat(batch, {k});
+    Value smax = b.reduce(S, scalar0(b, dt), {r - 2}, "stablehlo.maximum");
+    Value keep = b.compare(Cmp::GT, S, b.mul(per_batch(b, smax, kd), b.full(rcond, dt, kd)));
+    Value inv = b.select(keep, b.div(b.full(1, dt, kd), S), b.zeros(Type{dt, kd}));
+    Value utb = matmul(b, mT(b, usv[0]), Bm);  // [k, nrhs]
+    utb = b.mul(utb, along_rows(b, inv, b.dims(utb)));
+    solution = matmul(b, usv[2], utb);
+    rank = b.reduce(b.convert(keep, DType::I64), b.constant_int(0, DType::I64), {r - 2}, "stablehlo.add");
+  }
+  // Residuals: for tall A (not gelsy), |A x - B|^2 per column, when every
+  // matrix has full rank (always assumed by gels).
+  Value residuals = b.zeros(Type{dt, {0}});
+  if (m > n && driver != "gelsy") {
+    bool full_rank = true;
+    if (driver != "gels" && k > 0) {
+      c.args.output_depends_on_data();
+      Value all_full = b.reduce(b.compare(Cmp::EQ, rank, b.full_int(n, DType::I64, b.dims(rank))), b.constant_bool(true),
+                                seq(0, b.rank(rank)), "stablehlo.and");
+      full_rank = c.args.host_int(b.convert(all_full, DType::I64)) != 0;
+    }
+    if (full_rank) {
+      Value diff = b.sub(matmul(b, A, solution), Bm);
+      residuals = sum_dim(b, b.mul(diff, diff), r - 2);
+      if (vec) residuals = b.reshape(residuals, batch);
+    }
+  }
+  if (vec) {
+    Dims sd = b.dims(solution);
+    sd.pop_back();
+    solution = b.reshape(solution, sd);
+  }
+  const bool has_rank = driver != "gels", has_s = driver == "gelsd" || driver == "gelss";
+  return {solution, residuals, has_rank ? rank : b.zeros(Type{DType::I64, {0}}), has_s ? S : b.zeros(Type{dt, {0}})};
+}
+
+// linalg_matrix_exp(A): Taylor series of degree 18 after scaling A by
+// 2^-s (s per matrix, so that ||A / 2^s||_1 <= theta), then s squarings.
+// theta bounds the truncation error below the dtype's resolution
+// (theta^19 / 19! < eps): fewer squarings amplify less rounding.
+std::vector<Value> lower_matrix_exp(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() >= 2 && in.sizes[in.dim() - 1] == in.sizes[in.dim() - 2],
+              "linalg.matrix_exp: A must be batches of square matrices, but they are ",
+              in.dim() >= 2 ? in.sizes[in.dim() - 2] : 0, " by ", in.dim() >= 1 ? in.sizes[in.dim() - 1] : 0,
+              " matrices");
+  TORCH_CHECK(c10::isFloatingType(in.dtype) || c10::isComplexType(in.dtype),
+              "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got ", c10::toString(in.dtype));
+  if (c10::isComplexType(in.dtype)) unsupported(c, "complex matrices");
+  const int64_t r = in.dim(), n = in.sizes[r - 1];
+  if (n == 0) return one(c.args.tensor(0));
+  const DType dt = to_hlo(opmath_type(in.dtype));
+  Value a = b.convert(c.args.tensor(0), dt);
+  const Dims& d = b.dims(a);
+  const Dims batch = batch_of(d);
+  Value norm1 = b.reduce(sum_dim(b, b.abs(a), r - 2), scalar0(b, dt), {r - 2}, "stablehlo.maximum");
+  // s = ceil(log2(norm / theta)) where norm > theta.
+  const double theta = dt == DType::F64 ? 1.0 : 3.0;
+  Value logn = b.div(b.unary("stablehlo.log", b.max(b.div(norm1, b.full(theta, dt, batch)), b.full(1, dt, batch))),
+                     b.full(std::log(2.0), dt, batch));
+  Value s = b.convert(b.unary("stablehlo.ceil", logn), DType::I64);
+  s = b.select(b.is_finite(logn), s, b.zeros(Type{DType::I64, batch}));
+  Value scale = b.unary("stablehlo.exponential", b.mul(b.convert(s, dt), b.full(-std::log(2.0), dt, batch)));
+  Value x = b.mul(a, per_batch(b, scale, d));
+  // Horner: I + x/1 (I + x/2 (I + ... (I + x/18)))
+  Value id = eye(b, dt, batch, n, n);
+  Value t = id;
+  for (int j = 18; j >= 1; --j) t = b.add(id, b.div(matmul(b, x, t), b.full(j, dt, d)));
+  Value top = batch.empty() ? s : b.reduce(s, b.constant_int(0, DType::I64), seq(0, r - 2), "stablehlo.maximum");
+  auto out = b.while_loop(
+      {b.constant_int(0, DType::I64), t, s, top},
+      [](Builder& rb, const std::vector<Value>& v) {
+        return std::vector<Value>{rb.compare(Cmp::LT, v[0], v[3])};
+      },
+      [d](Builder& rb, const std::vector<Value>& v) {
+        Value more = rb.compare(Cmp::LT, per_batch(rb, v[0], d), per_batch(rb, v[2], d));
+        Value sq = matmul(rb, v[1], v[1]);
+        return std::vector<Value>{rb.add(v[0], rb.constant_int(1, DType::I64)), rb.select(more, sq, v[1]), v[2], v[3]};
+      });
+  return one(cast(b, out[1], in.dtype));
+}
+
 // _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh)
 std::vector<Value> lower_svd(Context& c) {
   Builder& b = c.b;
@@ -894,10 +1021,10 @@ std::vector<Value> lower_svd(Context& c) {
   const Dims& d = c.args.info(0).sizes;
   const int64_t r = static_cast<int64_t>(d.size());
   const int64_t m = d[r - 2], n = d[r - 1];
-  const bool wide = m < n;
-  std::vector<Value> usv = jacobi_svd_tall(b, wide ? mT(b, a) : a);
+  (void)m;
+  (void)n;
+  std::vector<Value> usv = svd_reduced(b, a);
   Value U = usv[0], S = usv[1], V = usv[2];
-  if (wide) std::swap(U, V);  // A^T = U' S V'^T  =>  A = V' S U'^T
   if (!compute_uv) return {b.zeros(Type{b.dtype(a), {0}}), S, b.zeros(Type{b.dtype(a), {0}})};
   if (full) {
     U = complete_basis(b, U);
@@ -925,6 +1052,8 @@ TPU_LOWERINGS(decomposition) {
   reg("aten::ormqr", lower_ormqr);
   reg("aten::_linalg_eigh", lower_eigh);
   reg("aten::_linalg_svd", lower_svd);
+  reg("aten::linalg_lstsq", lower_lstsq);
+  reg("aten::linalg_matrix_exp", lower_matrix_exp);
 }
 
 }  // namespace tpu::lowering
