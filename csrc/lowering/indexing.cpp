@@ -650,6 +650,203 @@ std::vector<Value> lower_embedding_dense_backward(Context& c) {
   return one(cast(b, r, t));
 }
 
+// ---- embedding_bag (the CUDA conventions for the auxiliary results) --------------------
+
+enum BagMode { kBagSum = 0, kBagMean = 1, kBagMax = 2 };
+
+// For each of the k indices, the bag it falls in: the number of bag starts
+// (offsets[1:num_bags]) at or before its position.
+Value bag_of(Builder& b, Value offsets, int64_t k, int64_t num_bags) {
+  if (num_bags <= 1) return b.zeros(Type{DType::I64, {k}});
+  Value starts = b.slice(i64(b, offsets), {1}, {num_bags});
+  Value pos = b.iota(Type{DType::I64, {k, num_bags - 1}}, 0);
+  Value le = b.compare(Cmp::LE, b.broadcast_in_dim(starts, {k, num_bags - 1}, {1}), pos);
+  return b.reduce(b.convert(le, DType::I64), b.constant_int(0, DType::I64), {1}, "stablehlo.add");
+}
+
+// _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+//   per_sample_weights, include_last_offset, padding_idx)
+//   -> (output [bags, D], offset2bag [k], bag_size [offsets], max_indices)
+std::vector<Value> lower_embedding_bag(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& w = c.args.info(0);
+  const TensorInfo& ii = c.args.info(1);
+  const TensorInfo& oi = c.args.info(2);
+  const int64_t mode = c.args.int_(4);
+  const bool last = c.args.bool_(7);
+  const int64_t padding_idx = c.args.has(8) ? c.args.int_(8) : -1;
+  TORCH_CHECK(ii.dim() == 1, "embedding_bag: input has to be a 1D or 2D Tensor, but got Tensor of dimension ", ii.dim());
+  TORCH_CHECK(oi.dim() == 1, "embedding_bag: offsets has to be a 1D Tensor, but got Tensor of dimension ", oi.dim());
+  TORCH_CHECK(mode >= 0 && mode <= 2, "embedding_bag: mode has to be sum, mean or max");
+  const int64_t k = ii.numel(), rows = w.sizes[0], dim = w.sizes[1];
+  const int64_t num_bags = last ? oi.numel() - 1 : oi.numel();
+  TORCH_CHECK(num_bags >= 0, "include_last_offset: numBags should be at least 1");
+  const at::ScalarType compute = opmath_type(w.dtype);
+  const DType ct = to_hlo(compute);
+  const DType it = to_hlo(ii.dtype);
+  Value idx = i64(b, c.args.tensor(1));
+  Value bag = bag_of(b, c.args.tensor(2), k, num_bags);
+  if (k > 0) check_index_range(c, idx, rows, false, "embedding_bag: index out of range in self");
+  Value keep = padding_idx >= 0 ? b.compare(Cmp::NE, idx, b.full_int(padding_idx, DType::I64, {k}))
+                                : b.full(1, DType::Pred, {k});
+  // Indices past the last bag (include_last_offset) belong to no bag.
+  keep = b.and_(keep, b.compare(Cmp::LT, bag, b.full_int(std::max<int64_t>(num_bags, 1), DType::I64, {k})));
+  if (num_bags == 0) keep = b.full(0, DType::Pred, {k});
+  Value safe_idx = b.select(keep, idx, b.zeros(Type{DType::I64, {k}}));
+  Value safe_bag = b.select(keep, bag, b.zeros(Type{DType::I64, {k}}));
+  // The gathered rows [k, D].
+  Builder::GatherDims gd;
+  gd.offset_dims = {1};
+  gd.collapsed_slice_dims = {0};
+  gd.start_index_map = {0};
+  gd.index_vector_dim = 1;
+  Value rows_k = k == 0 || rows == 0 ? b.zeros(Type{ct, {k, dim}})
+                                     : b.gather(cast(b, c.args.tensor(0), compute), b.reshape(safe_idx, {k, 1}), gd,
+                                                {1, dim}, {k, dim});
+  if (c.args.has(6)) {
+    TORCH_CHECK(mode == kBagSum, "embedding_bag: per_sample_weights only supported with mode='sum'");
+    rows_k = b.mul(rows_k, b.broadcast_in_dim(cast(b, c.args.tensor(6), compute), {k, dim}, {0}));
+  }
+  Value keep_kd = b.broadcast_in_dim(keep, {k, dim}, {0});
+  Builder::ScatterDims sd;
+  sd.update_window_dims = {1};
+  sd.inserted_window_dims = {0};
+  sd.scatter_dims_to_operand_dims = {0};
+  sd.index_vector_dim = 1;
+  const int64_t nb = std::max<int64_t>(num_bags, 0);
+  Value slots = b.reshape(safe_bag, {k, 1});
+  Value count = scatter_points(b, b.zeros(Type{DType::I64, {nb}}), slots, b.convert(keep, DType::I64),
+                               combiner("add", DType::I64));
+  Value out, max_indices = b.zeros(Type{it, {0}});
+  if (mode == kBagMax) {
+    Value masked = b.select(keep_kd, rows_k, b.full(-INFINITY, ct, {k, dim}));
+    out = b.scatter(b.full(-INFINITY, ct, {nb, dim}), slots, masked, sd, combiner("amax", ct));
+    // The first index (in input order) that attains the maximum; -1 for an empty bag.
+    Value best = b.gather(out, slots, gd, {1, dim}, {k, dim});
+    Value hit = b.and_(keep_kd, b.compare(Cmp::EQ, masked, best));
+    Value pos = b.select(hit, b.broadcast_in_dim(b.iota(Type{DType::I64, {k}}, 0), {k, dim}, {0}),
+                         b.full_int(k, DType::I64, {k, dim}));
+    Value first = b.scatter(b.full_int(k, DType::I64, {nb, dim}), slots, pos, sd, combiner("amin", DType::I64));
+    // Map the winning positions to their weight rows.
+    Value padded = b.concatenate({idx, b.full_int(-1, DType::I64, {1})}, 0);
+    Builder::GatherDims pg;
+    pg.collapsed_slice_dims = {0};
+    pg.start_index_map = {0};
+    pg.index_vector_dim = 2;
+    max_indices = b.convert(b.gather(padded, b.reshape(first, {nb, dim, 1}), pg, {1}, {nb, dim}), it);
+    Value empty = b.broadcast_in_dim(b.compare(Cmp::EQ, count, b.zeros(Type{DType::I64, {nb}})), {nb, dim}, {0});
+    out = b.select(empty, b.zeros(Type{ct, {nb, dim}}), out);
+  } else {
+    out = b.scatter(b.zeros(Type{ct, {nb, dim}}), slots, b.select(keep_kd, rows_k, b.zeros(Type{ct, {k, dim}})), sd,
+                    combiner("add", ct));
+    if (mode == kBagMean) {
+      Value n = b.convert(b.max(count, b.full_int(1, DType::I64, {nb})), ct);
+      out = b.div(out, b.broadcast_in_dim(n, {nb, dim}, {0}));
+    }
+  }
+  // bag_size has offsets' length (the CUDA layout); the extra slot is 0.
+  Value bag_size = b.convert(count, it);
+  if (oi.numel() > nb) bag_size = b.concatenate({bag_size, b.zeros(Type{it, {oi.numel() - nb}})}, 0);
+  return {cast(b, out, w.dtype), b.convert(bag, it), bag_size, max_indices};
+}
+
+// Where embedding_bag's backward finds its arguments (grad and indices come
+// first in both schemas).
+struct BagGradArgs {
+  size_t offset2bag, bag_size, max_indices, num_weights, scale, mode, weights, padding_idx;
+};
+// _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size,
+//   maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx)
+constexpr BagGradArgs kDenseBagGrad{2, 3, 4, 5, 6, 7, 8, 9};
+// _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size,
+//   maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx)
+constexpr BagGradArgs kBagGrad{3, 4, 5, 6, 7, 8, 10, 11};
+
+std::vector<Value> lower_embedding_bag_backward(Context& c, const BagGradArgs& a) {
+  Builder& b = c.b;
+  const TensorInfo& g = c.args.info(0);
+  const int64_t k = c.args.info(1).numel();
+  const int64_t num_weights = c.args.int_(a.num_weights);
+  const bool scale = c.args.bool_(a.scale);
+  const int64_t mode = c.args.int_(a.mode);
+  const int64_t padding_idx = c.args.has(a.padding_idx) ? c.args.int_(a.padding_idx) : -1;
+  const int64_t nb = g.sizes[0], dim = g.sizes[1];
+  const at::ScalarType compute = opmath_type(g.dtype);
+  const DType ct = to_hlo(compute);
+  Value grad = cast(b, c.args.tensor(0), compute);
+  Builder::ScatterDims sd;
+  sd.update_window_dims = {1};
+  sd.inserted_window_dims = {0};
+  sd.scatter_dims_to_operand_dims = {0};
+  sd.index_vector_dim = 1;
+  Value zero_w = b.zeros(Type{ct, {num_weights, dim}});
+  if (mode == kBagMax) {
+    // grad_weight[max_indices[b, d], d] += grad[b, d]
+    Value mi = i64(b, c.args.tensor(a.max_indices));
+    Value valid = b.compare(Cmp::GE, mi, b.zeros(Type{DType::I64, {nb, dim}}));
+    Value coords = b.concatenate({b.reshape(b.select(valid, mi, b.zeros(b.type(mi))), {nb, dim, 1}),
+                                  b.reshape(b.iota(Type{DType::I64, {nb, dim}}, 1), {nb, dim, 1})}, 2);
+    Value upd = b.select(valid, grad, b.zeros(b.type(grad)));
+    return one(cast(b, scatter_points(b, zero_w, coords, upd, combiner("add", ct)), g.dtype));
+  }
+  if (k == 0 || nb == 0) return one(cast(b, zero_w, g.dtype));
+  Value idx = i64(b, c.args.tensor(1));
+  Value bag = b.clamp(b.zeros(Type{DType::I64, {k}}), i64(b, c.args.tensor(a.offset2bag)), b.full_int(nb - 1, DType::I64, {k}));
+  Value keep = b.compare(Cmp::LT, i64(b, c.args.tensor(a.offset2bag)), b.full_int(nb, DType::I64, {k}));
+  if (padding_idx >= 0) keep = b.and_(keep, b.compare(Cmp::NE, idx, b.full_int(padding_idx, DType::I64, {k})));
+  Builder::GatherDims gd;
+  gd.offset_dims = {1};
+  gd.collapsed_slice_dims = {0};
+  gd.start_index_map = {0};
+  gd.index_vector_dim = 1;
+  Value per = b.gather(grad, b.reshape(bag, {k, 1}), gd, {1, dim}, {k, dim});
+  if (mode == kBagMean) {
+    Value size = b.convert(gather_points(b, i64(b, c.args.tensor(a.bag_size)), b.reshape(bag, {k, 1})), ct);
+    size = b.max(size, b.full(1, ct, {k}));
+    per = b.div(per, b.broadcast_in_dim(size, {k, dim}, {0}));
+  }
+  if (c.args.has(a.weights)) per = b.mul(per, b.broadcast_in_dim(cast(b, c.args.tensor(a.weights), compute), {k, dim}, {0}));
+  Value safe_idx = b.select(keep, idx, b.zeros(Type{DType::I64, {k}}));
+  if (scale) {
+    Value counts = scatter_points(b, b.zeros(Type{DType::I64, {num_weights}}), b.reshape(safe_idx, {k, 1}),
+                                  b.convert(keep, DType::I64), combiner("add", DType::I64));
+    Value f = b.convert(gather_points(b, counts, b.reshape(safe_idx, {k, 1})), ct);
+    per = b.div(per, b.broadcast_in_dim(b.max(f, b.full(1, ct, {k})), {k, dim}, {0}));
+  }
+  per = b.select(b.broadcast_in_dim(keep, {k, dim}, {0}), per, b.zeros(b.type(per)));
+  Value r = b.scatter(zero_w, b.reshape(safe_idx, {k, 1}), per, sd, combiner("add", ct));
+  return one(cast(b, r, g.dtype));
+}
+
+// _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets,
+//   offset2bag, mode, padding_idx): d out / d w_i = grad[bag_i] . weight[idx_i]
+std::vector<Value> lower_embedding_bag_psw_backward(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& g = c.args.info(0);
+  const int64_t k = c.args.info(2).numel();
+  const int64_t padding_idx = c.args.has(6) ? c.args.int_(6) : -1;
+  TORCH_CHECK(c.args.int_(5) == kBagSum, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+  const int64_t nb = g.sizes[0], dim = g.sizes[1];
+  const at::ScalarType compute = opmath_type(g.dtype);
+  const DType ct = to_hlo(compute);
+  if (k == 0 || nb == 0) return one(b.zeros(Type{to_hlo(g.dtype), {k}}));
+  Value idx = i64(b, c.args.tensor(2));
+  Value raw_bag = i64(b, c.args.tensor(4));
+  Value keep = b.compare(Cmp::LT, raw_bag, b.full_int(nb, DType::I64, {k}));
+  if (padding_idx >= 0) keep = b.and_(keep, b.compare(Cmp::NE, idx, b.full_int(padding_idx, DType::I64, {k})));
+  Value bag = b.clamp(b.zeros(Type{DType::I64, {k}}), raw_bag, b.full_int(nb - 1, DType::I64, {k}));
+  Builder::GatherDims gd;
+  gd.offset_dims = {1};
+  gd.collapsed_slice_dims = {0};
+  gd.start_index_map = {0};
+  gd.index_vector_dim = 1;
+  Value gk = b.gather(cast(b, c.args.tensor(0), compute), b.reshape(bag, {k, 1}), gd, {1, dim}, {k, dim});
+  Value wk = b.gather(cast(b, c.args.tensor(1), compute), b.reshape(b.select(keep, idx, b.zeros(b.type(idx))), {k, 1}),
+                      gd, {1, dim}, {k, dim});
+  Value dot = b.reduce(b.mul(gk, wk), b.zeros(Type{ct, {}}), {1}, "stablehlo.add");
+  return one(cast(b, b.select(keep, dot, b.zeros(b.type(dot))), g.dtype));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(indexing) {
@@ -666,6 +863,14 @@ TPU_LOWERINGS(indexing) {
   reg("aten::scatter_add", [](Context& c) { return scatter_impl(c, "add", false, 99); });
   reg("aten::scatter_reduce.two", lower_scatter_reduce);
   reg("aten::nonzero_static", lower_nonzero_static);
+  reg("aten::_embedding_bag", lower_embedding_bag);
+  reg("aten::_embedding_bag_forward_only", lower_embedding_bag);
+  reg("aten::_embedding_bag_dense_backward", [](Context& c) { return lower_embedding_bag_backward(c, kDenseBagGrad); });
+  reg("aten::_embedding_bag_backward", [](Context& c) {
+    if (c.args.bool_(9)) unsupported(c, "sparse gradients");
+    return lower_embedding_bag_backward(c, kBagGrad);
+  });
+  reg("aten::_embedding_bag_per_sample_weights_backward", lower_embedding_bag_psw_backward);
   reg("aten::index_reduce", lower_index_reduce);
   reg("aten::index_select", lower_index_select);
   reg("aten::index_add", [](Context& c) { return index_scatter(c, true); });
