@@ -1066,43 +1066,62 @@ std::vector<Value> lower_upsample_nearest_backward(Context& c, int64_t nsp, bool
   return one(cast(b, g, t));
 }
 
-// Linear interpolation taps: (i0, i1, w0, w1) per output index.
+// Interpolation taps along one dim: for tap j, the source index and weight
+// of every output index (2 taps for linear, 4 for cubic).
 struct Taps {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w0, w1;
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
 };
 
-Taps linear_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool fp64) {
-  const double s = area_scale(in, out, align_corners, scale);
-  Taps t;
-  for (int64_t i = 0; i < out; ++i) {
-    double src;
-    if (fp64) {
-      src = align_corners ? s * i : s * (i + 0.5) - 0.5;
+// The taps as the CPU kernels compute them: in float (opmath) for every
+// dtype but float64, so indices and weights round the same way.
+template <typename T>
+Taps make_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool cubic) {
+  const T s = static_cast<T>(area_scale(in, out, align_corners, scale));
+  const int ntaps = cubic ? 4 : 2;
+  Taps taps;
+  taps.index.assign(ntaps, std::vector<int64_t>(out));
+  taps.weight.assign(ntaps, std::vector<double>(out));
+  auto clamp_index = [in](int64_t i) { return std::min<int64_t>(std::max<int64_t>(i, 0), in - 1); };
+  for (int64_t o = 0; o < out; ++o) {
+    T src = align_corners ? s * static_cast<T>(o) : s * (static_cast<T>(o) + T(0.5)) - T(0.5);
+    if (!cubic) {
       if (src < 0) src = 0;
-    } else {
-      const float sf = static_cast<float>(s);
-      float f = align_corners ? sf * static_cast<float>(i) : sf * (static_cast<float>(i) + 0.5f) - 0.5f;
-      if (f < 0) f = 0;
-      src = f;
+      const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
+      const T l1 = src - static_cast<T>(i0);
+      taps.index[0][o] = i0;
+      taps.index[1][o] = i0 < in - 1 ? i0 + 1 : i0;
+      taps.weight[0][o] = static_cast<double>(T(1) - l1);
+      taps.weight[1][o] = static_cast<double>(l1);
+      continue;
     }
-    const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
-    const int64_t i1 = i0 < in - 1 ? i0 + 1 : i0;
-    const double l1 = fp64 ? src - i0 : static_cast<double>(static_cast<float>(src) - static_cast<float>(i0));
-    t.i0.push_back(i0);
-    t.i1.push_back(i1);
-    t.w1.push_back(l1);
-    t.w0.push_back(fp64 ? 1.0 - l1 : static_cast<double>(1.0f - static_cast<float>(l1)));
+    // Keys' cubic convolution (A = -0.75) over the 4 neighbours, clamped at the edges.
+    const int64_t i0 = std::min<int64_t>(static_cast<int64_t>(std::floor(src)), in - 1);
+    const T t = std::min(std::max(src - static_cast<T>(i0), T(0)), T(1));
+    const T A = T(-0.75);
+    auto near = [A](T x) { return ((A + T(2)) * x - (A + T(3))) * x * x + T(1); };
+    auto far = [A](T x) { return ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A; };
+    const T w[4] = {far(t + T(1)), near(t), near(T(1) - t), far(T(2) - t)};
+    for (int j = 0; j < 4; ++j) {
+      taps.index[j][o] = clamp_index(i0 - 1 + j);
+      taps.weight[j][o] = static_cast<double>(w[j]);
+    }
   }
-  return t;
+  return taps;
+}
+
+Taps interp_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool fp64, bool cubic) {
+  return fp64 ? make_taps<double>(in, out, align_corners, scale, cubic)
+              : make_taps<float>(in, out, align_corners, scale, cubic);
 }
 
 Value weights_along(Builder& b, const std::vector<double>& w, const Dims& shape, int64_t d, DType dt) {
   return b.broadcast_in_dim(b.constant_floats(w, {static_cast<int64_t>(w.size())}, dt), shape, {d});
 }
 
-// upsample_{linear1d, bilinear2d, trilinear3d}(self, output_size, align_corners, scales...)
-std::vector<Value> lower_upsample_linear(Context& c, int64_t nsp) {
+// upsample_{linear1d, bilinear2d, trilinear3d, bicubic2d}(self, output_size,
+// align_corners, scales...): separable, one spatial dim at a time.
+std::vector<Value> lower_upsample_interp(Context& c, int64_t nsp, bool cubic) {
   const TensorInfo& in = c.args.info(0);
   Dims out = c.args.ints(1);
   const bool align = c.args.bool_(2);
@@ -1113,16 +1132,20 @@ std::vector<Value> lower_upsample_linear(Context& c, int64_t nsp) {
   const int64_t lead = in.dim() - nsp;
   for (int64_t i = 0; i < nsp; ++i) {
     const int64_t d = lead + i;
-    Taps tp = linear_taps(in.sizes[d], out[i], align, scale_arg(c, 3 + i), t == at::kDouble);
-    Value a = take_along(b, x, d, tp.i0), z = take_along(b, x, d, tp.i1);
-    const Dims& shape = b.dims(a);
-    x = b.add(b.mul(a, weights_along(b, tp.w0, shape, d, ct)), b.mul(z, weights_along(b, tp.w1, shape, d, ct)));
+    Taps tp = interp_taps(in.sizes[d], out[i], align, scale_arg(c, 3 + i), t == at::kDouble, cubic);
+    Value sum;
+    for (size_t j = 0; j < tp.index.size(); ++j) {
+      Value v = take_along(b, x, d, tp.index[j]);
+      v = b.mul(v, weights_along(b, tp.weight[j], b.dims(v), d, ct));
+      sum = j == 0 ? v : b.add(sum, v);
+    }
+    x = sum;
   }
   return one(cast(b, x, t));
 }
 
-std::vector<Value> lower_upsample_linear_backward(Context& c, int64_t nsp) {
-  // (grad_output, output_size, input_size, align_corners, scales...)
+// upsample_*_backward(grad_output, output_size, input_size, align_corners, scales...)
+std::vector<Value> lower_upsample_interp_backward(Context& c, int64_t nsp, bool cubic) {
   Dims out = c.args.ints(1);
   Dims in = c.args.ints(2);
   const bool align = c.args.bool_(3);
@@ -1133,11 +1156,14 @@ std::vector<Value> lower_upsample_linear_backward(Context& c, int64_t nsp) {
   const int64_t lead = static_cast<int64_t>(in.size()) - nsp;
   for (int64_t i = nsp - 1; i >= 0; --i) {
     const int64_t d = lead + i;
-    Taps tp = linear_taps(in[d], out[i], align, scale_arg(c, 4 + i), t == at::kDouble);
+    Taps tp = interp_taps(in[d], out[i], align, scale_arg(c, 4 + i), t == at::kDouble, cubic);
     const Dims& shape = b.dims(g);
-    Value g0 = b.mul(g, weights_along(b, tp.w0, shape, d, ct));
-    Value g1 = b.mul(g, weights_along(b, tp.w1, shape, d, ct));
-    g = b.add(add_along(b, g0, d, tp.i0, in[d]), add_along(b, g1, d, tp.i1, in[d]));
+    Value sum;
+    for (size_t j = 0; j < tp.index.size(); ++j) {
+      Value v = add_along(b, b.mul(g, weights_along(b, tp.weight[j], shape, d, ct)), d, tp.index[j], in[d]);
+      sum = j == 0 ? v : b.add(sum, v);
+    }
+    g = sum;
   }
   return one(cast(b, g, t));
 }
@@ -1270,12 +1296,14 @@ TPU_LOWERINGS(nn) {
   reg("aten::_upsample_nearest_exact1d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 1, true); });
   reg("aten::_upsample_nearest_exact2d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 2, true); });
   reg("aten::_upsample_nearest_exact3d_backward", [](Context& c) { return lower_upsample_nearest_backward(c, 3, true); });
-  reg("aten::upsample_linear1d", [](Context& c) { return lower_upsample_linear(c, 1); });
-  reg("aten::upsample_bilinear2d", [](Context& c) { return lower_upsample_linear(c, 2); });
-  reg("aten::upsample_trilinear3d", [](Context& c) { return lower_upsample_linear(c, 3); });
-  reg("aten::upsample_linear1d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 1); });
-  reg("aten::upsample_bilinear2d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 2); });
-  reg("aten::upsample_trilinear3d_backward", [](Context& c) { return lower_upsample_linear_backward(c, 3); });
+  reg("aten::upsample_linear1d", [](Context& c) { return lower_upsample_interp(c, 1, false); });
+  reg("aten::upsample_bilinear2d", [](Context& c) { return lower_upsample_interp(c, 2, false); });
+  reg("aten::upsample_trilinear3d", [](Context& c) { return lower_upsample_interp(c, 3, false); });
+  reg("aten::upsample_bicubic2d", [](Context& c) { return lower_upsample_interp(c, 2, true); });
+  reg("aten::upsample_linear1d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 1, false); });
+  reg("aten::upsample_bilinear2d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 2, false); });
+  reg("aten::upsample_trilinear3d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 3, false); });
+  reg("aten::upsample_bicubic2d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 2, true); });
   reg("aten::native_dropout_backward", lower_dropout_backward);
 }
 
