@@ -247,10 +247,53 @@ std::vector<Value> lower_multinomial(Context& c) {
   return one(in.dim() == 1 ? b.reshape(out, {s}) : out);
 }
 
+// rrelu_with_noise(self, noise!, lower, upper, training, generator): in
+// training, each non-positive x is scaled by a fresh slope from
+// U(lower, upper), recorded in noise (1 elsewhere); in evaluation it is
+// leaky_relu with the mean slope.
+std::vector<Value> lower_rrelu_with_noise(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  check_float(in, "rrelu");
+  Builder& b = c.b;
+  const DType ct = opmath(to_hlo(in.dtype));
+  const double lo = c.args.scalar(2).toDouble(), hi = c.args.scalar(3).toDouble();
+  TORCH_CHECK(lo <= hi, "Lower bound should be less than or equal to the upper bound");
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value nonpos = b.compare(hlo::Cmp::LE, x, b.zeros(b.type(x)));
+  if (!c.args.bool_(4)) {
+    Value y = b.select(nonpos, b.mul(x, k(b, (lo + hi) / 2, x)), x);
+    return one(b.convert(y, to_hlo(in.dtype)));
+  }
+  Value u = uniform01(c, 5, in.sizes, ct);
+  Value slope = b.add(b.mul(u, k(b, hi - lo, u)), k(b, lo, u));
+  Value noise = b.select(nonpos, slope, k(b, 1, x));
+  c.args.assign(1, noise);
+  return one(b.convert(b.mul(x, noise), to_hlo(in.dtype)));
+}
+
+// rrelu_with_noise_backward(grad, self, noise, lower, upper, training, self_is_result)
+std::vector<Value> lower_rrelu_with_noise_backward(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  Builder& b = c.b;
+  const DType ct = opmath(to_hlo(in.dtype));
+  const double lo = c.args.scalar(3).toDouble(), hi = c.args.scalar(4).toDouble();
+  Value g = b.convert(c.args.tensor(0), ct);
+  Value r;
+  if (c.args.bool_(5) && hi - lo > 1e-6) {
+    r = b.mul(g, b.convert(c.args.tensor(2), ct));
+  } else {
+    Value x = b.convert(c.args.tensor(1), ct);
+    r = b.select(b.compare(hlo::Cmp::GT, x, b.zeros(b.type(x))), g, b.mul(g, k(b, (lo + hi) / 2, g)));
+  }
+  return one(b.convert(r, to_hlo(in.dtype)));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(random) {
   reg("aten::uniform", lower_uniform);
+  reg("aten::rrelu_with_noise", lower_rrelu_with_noise);
+  reg("aten::rrelu_with_noise_backward", lower_rrelu_with_noise_backward);
   reg("aten::normal_functional", lower_normal_fill);
   reg("aten::normal_", lower_normal_fill);
   reg("aten::normal.Tensor_Tensor", lower_normal_tensors);
