@@ -514,6 +514,96 @@ std::vector<Value> lower_aminmax(Context& c) {
   return {mn, mx};
 }
 
+// A histogram of x [n] over the bins of `edges` [nb + 1] (ascending): an
+// element lands in the last bin whose left edge it reaches (the last bin
+// also keeps its right edge); weights add instead of ones; density divides
+// by the total and the bin widths. As the CPU's histogramdd kernel.
+Value histogram_counts(Builder& b, Value x, Value edges, std::optional<Value> weight, bool density) {
+  const DType ct = b.dtype(x);
+  const int64_t n = b.dims(x)[0], ne = b.dims(edges)[0], nb = ne - 1;
+  Value first = b.reshape(b.slice(edges, {0}, {1}), {}), last = b.reshape(b.slice(edges, {ne - 1}, {ne}), {});
+  Value inside = b.and_(b.compare(Cmp::GE, x, b.broadcast_in_dim(first, {n}, {})),
+                        b.compare(Cmp::LE, x, b.broadcast_in_dim(last, {n}, {})));
+  Value le = b.compare(Cmp::LE, b.broadcast_in_dim(edges, {n, ne}, {1}), b.broadcast_in_dim(x, {n, ne}, {0}));
+  Value pos = b.sub(b.reduce(b.convert(le, DType::I64), b.constant_int(0, DType::I64), {1}, "stablehlo.add"),
+                    b.full_int(1, DType::I64, {n}));
+  pos = b.clamp(b.zeros(Type{DType::I64, {n}}), pos, b.full_int(nb - 1, DType::I64, {n}));
+  Value w = weight ? *weight : b.full(1, ct, {n});
+  w = b.select(inside, w, b.zeros(Type{ct, {n}}));
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = {0};
+  dn.scatter_dims_to_operand_dims = {0};
+  dn.index_vector_dim = 1;
+  Value hist = b.scatter(b.zeros(Type{ct, {nb}}), b.reshape(pos, {n, 1}), w, dn,
+                         [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
+  if (density) {
+    Value total = b.reduce(hist, b.zeros(Type{ct, {}}), {0}, "stablehlo.add");
+    Value widths = b.sub(b.slice(edges, {1}, {ne}), b.slice(edges, {0}, {nb}));
+    hist = b.div(hist, b.mul(widths, b.broadcast_in_dim(total, {nb}, {})));
+  }
+  return hist;
+}
+
+// histogram.bin_ct(self, bins, *, range, weight, density) -> (hist, bin_edges)
+// histogram.bins_tensor(self, bins, *, weight, density) -> (hist, bin_edges)
+std::vector<Value> lower_histogram(Context& c, bool bin_count) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(c10::isFloatingType(in.dtype), "torch.histogram: input tensor and bins tensors should have the same "
+              "dtype, a floating point one; got ", c10::toString(in.dtype));
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype), ct = to_hlo(opmath_type(in.dtype));
+  const int64_t n = in.numel();
+  Value x = b.reshape(b.convert(c.args.tensor(0), ct), {n});
+  const size_t weight_arg = bin_count ? 3 : 2;
+  std::optional<Value> weight;
+  if (c.args.has(weight_arg)) weight = b.reshape(cast(b, c.args.tensor(weight_arg), opmath_type(in.dtype)), {n});
+  const bool density = c.args.bool_(weight_arg + 1);
+  Value edges;
+  if (bin_count) {
+    const int64_t bins = c.args.int_(1);
+    TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins, " for dimension 0");
+    Value lo, hi;
+    if (c.args.has(2)) {
+      std::vector<double> range = c.args.doubles(2);
+      TORCH_CHECK(range.size() == 2, "torch.histogram(): range should have 2 elements, got ", range.size());
+      TORCH_CHECK(range[0] <= range[1], "torch.histogram(): min should not exceed max, but got min ", range[0],
+                  " max ", range[1], " for dimension 0");
+      lo = b.full(range[0], DType::F64, {});
+      hi = b.full(range[1], DType::F64, {});
+    } else if (n > 0) {
+      lo = b.convert(b.reduce(x, b.highest(ct), {0}, "stablehlo.minimum"), DType::F64);
+      hi = b.convert(b.reduce(x, b.lowest(ct), {0}, "stablehlo.maximum"), DType::F64);
+    } else {
+      lo = b.full(0, DType::F64, {});
+      hi = b.full(1, DType::F64, {});
+    }
+    // An empty range widens to +-0.5, as NumPy does.
+    Value same = b.compare(Cmp::EQ, lo, hi);
+    lo = b.select(same, b.sub(lo, b.full(0.5, DType::F64, {})), lo);
+    hi = b.select(same, b.add(hi, b.full(0.5, DType::F64, {})), hi);
+    // linspace(lo, hi, bins + 1) in the input dtype, symmetric from both ends.
+    const int64_t ne = bins + 1;
+    Value sv = b.convert(b.convert(b.broadcast_in_dim(lo, {ne}, {}), dt), ct);
+    Value ev = b.convert(b.convert(b.broadcast_in_dim(hi, {ne}, {}), dt), ct);
+    Value step = b.div(b.sub(ev, sv), b.full(static_cast<double>(bins), ct, {ne}));
+    Value i = b.convert(b.iota(Type{DType::I64, {ne}}, 0), ct);
+    Value from_start = b.add(sv, b.mul(step, i));
+    Value from_end = b.sub(ev, b.mul(step, b.sub(b.full(static_cast<double>(bins), ct, {ne}), i)));
+    edges = b.select(b.compare(Cmp::LT, i, b.full(static_cast<double>(ne / 2), ct, {ne})), from_start, from_end);
+    edges = b.convert(b.convert(edges, dt), ct);
+  } else {
+    const TensorInfo& bi = c.args.info(1);
+    TORCH_CHECK(bi.dim() == 1, "torch.histogram(): bins tensor should have one dimension, but got ", bi.dim(),
+                " dimensions in the bins tensor");
+    TORCH_CHECK(bi.numel() > 0, "torch.histogram(): bins tensor should have at least 1 element, but got ",
+                bi.numel(), " elements");
+    edges = cast(b, c.args.tensor(1), opmath_type(in.dtype));
+  }
+  Value hist = b.dims(edges)[0] > 1 ? histogram_counts(b, x, edges, weight, density)
+                                    : b.zeros(Type{ct, {0}});
+  return {b.convert(hist, dt), b.convert(edges, dt)};
+}
+
 }  // namespace
 
 TPU_LOWERINGS(reduction) {
@@ -574,6 +664,8 @@ TPU_LOWERINGS(reduction) {
   reg("aten::norm.ScalarOpt_dim_dtype", [](Context& c) { return lower_norm(c, 2, 3, 4); });
   reg("aten::norm.ScalarOpt_dtype", [](Context& c) { return lower_norm(c, 99, 99, 2); });
   reg("aten::renorm", lower_renorm);
+  reg("aten::histogram.bin_ct", [](Context& c) { return lower_histogram(c, true); });
+  reg("aten::histogram.bins_tensor", [](Context& c) { return lower_histogram(c, false); });
   reg("aten::embedding_renorm_", lower_embedding_renorm);
   reg("aten::histc", lower_histc);
   reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
