@@ -292,13 +292,12 @@ void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>
         continue;
       }
       const hlo::Type& t = b.type(outputs[i]);
-      // Batch norm's saved statistics follow the CPU: empty in evaluation,
-      // in the parameters' dtype; CUDA (and meta) keep the running ones, in
-      // float.
-      if (i > 0 && e.functional.find("batch_norm") != std::string::npos &&
-          (t.numel() == 0 || m.sizes().vec() == t.dims)) {
-        continue;
-      }
+      // The saved statistics of batch and layer norm follow the CPU: in the
+      // parameters' dtype (and empty in batch norm's evaluation); CUDA and
+      // meta keep float (and batch norm's running statistics).
+      const bool norm_stats = e.functional.find("batch_norm") != std::string::npos ||
+                              e.functional == "aten::native_layer_norm";
+      if (i > 0 && norm_stats && (t.numel() == 0 || m.sizes().vec() == t.dims)) continue;
       TORCH_CHECK(m.sizes().vec() == t.dims && m.scalar_type() == to_aten(t.dtype),
                   "torch_tpu internal error: the lowering of ", e.functional, " produced result ",
                   i, " of shape ", lowering::dims_string(t.dims), " and dtype ", to_aten(t.dtype),

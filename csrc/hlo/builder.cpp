@@ -382,6 +382,17 @@ Value Builder::binary(std::string_view op, Value x, Value y) {
   return emit1(op, {x, y}, type(x));
 }
 
+Value Builder::div(Value x, Value y) {
+  // XLA rewrites a division by a broadcast value into a multiplication by
+  // its reciprocal, which is not correctly rounded (5.125 / 5.125 becomes
+  // 0.99999994, and trunc-division then yields 0). An optimization barrier
+  // on such a divisor keeps the division IEEE, as PyTorch computes it.
+  if (is_float(dtype(y)) && broadcast_.count(y.id)) {
+    y = emit1("stablehlo.optimization_barrier", {y}, type(y));
+  }
+  return binary("stablehlo.divide", x, y);
+}
+
 Value Builder::abs(Value x) {
   Type t = type(x);
   t.dtype = real_type(t.dtype);
@@ -499,8 +510,9 @@ Value Builder::broadcast_in_dim(Value x, const Dims& d, const Dims& bdims) {
     for (size_t i = 0; i < bdims.size(); ++i) identity &= bdims[i] == static_cast<int64_t>(i);
     if (identity) return x;
   }
-  return emit1("stablehlo.broadcast_in_dim", {x}, Type{dtype(x), d},
-               "broadcast_dimensions = " + array_attr(bdims));
+  Value r = emit1("stablehlo.broadcast_in_dim", {x}, Type{dtype(x), d}, "broadcast_dimensions = " + array_attr(bdims));
+  broadcast_.insert(r.id);
+  return r;
 }
 
 Value Builder::broadcast_to(Value x, const Dims& d) {

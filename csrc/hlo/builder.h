@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -91,7 +92,8 @@ class Builder {
   Value add(Value x, Value y) { return binary("stablehlo.add", x, y); }
   Value sub(Value x, Value y) { return binary("stablehlo.subtract", x, y); }
   Value mul(Value x, Value y) { return binary("stablehlo.multiply", x, y); }
-  Value div(Value x, Value y) { return binary("stablehlo.divide", x, y); }
+  // x / y, correctly rounded (see the definition).
+  Value div(Value x, Value y);
   Value rem(Value x, Value y) { return binary("stablehlo.remainder", x, y); }
   Value max(Value x, Value y) { return binary("stablehlo.maximum", x, y); }
   Value min(Value x, Value y) { return binary("stablehlo.minimum", x, y); }
@@ -186,6 +188,7 @@ class Builder {
   void check(bool ok, std::string_view op, const std::string& what) const;
 
   std::deque<Type> types_;  // a deque: references stay valid as values are added
+  std::unordered_set<int> broadcast_;  // values made by broadcast_in_dim (see div)
   std::vector<Value> params_;
   std::vector<std::pair<int, int>> aliases_;
   std::vector<Frame> frames_;

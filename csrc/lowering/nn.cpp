@@ -449,7 +449,11 @@ std::vector<Value> lower_layer_norm(Context& c) {
   if (c.args.has(3)) y = b.add(y, b.broadcast_to(b.convert(c.args.tensor(3), ct), in.sizes));
   Dims kept = stat_dims;
   for (int64_t i = axis; i < in.dim(); ++i) kept.push_back(1);
-  const at::ScalarType stat_t = opmath_type(t);
+  // The statistics have the parameters' dtype on the CPU (float when half
+  // or bfloat16 input comes with float parameters); CUDA and meta use float.
+  bool mixed = false;
+  for (size_t i : {size_t{2}, size_t{3}}) mixed |= c.args.has(i) && c.args.info(i).dtype != t;
+  const at::ScalarType stat_t = mixed ? opmath_type(t) : t;
   return {cast(b, y, t), cast(b, b.reshape(mean, kept), stat_t), cast(b, b.reshape(rstd, kept), stat_t)};
 }
 
