@@ -444,29 +444,38 @@ std::vector<Value> lower_inv_ex(Context& c) {
   return {n == 0 ? a : lu_solve_left(b, f.lu, f.perm, id, false), f.info};
 }
 
+// det and slogdet from the LU factors of A^T (A when not contiguous): the
+// diagonal of U and the permutation's sign.
+struct DetParts {
+  Lu f;
+  Value diag, perm_sign;
+  DType dt;
+  int64_t last;  // the diagonal's dim
+};
+
+DetParts det_parts(Context& c, const char* api) {
+  Builder& b = c.b;
+  Value a = matrix_arg(c, 0, api, true);
+  Lu f = lu_for(c, 0, a);
+  const DType dt = b.dtype(a);
+  return {f, diagonal(b, f.lu), pivot_sign(b, f.pivots, dt), dt, b.rank(a) - 2};
+}
+
 // _linalg_det(A) -> (det, LU, pivots)
 std::vector<Value> lower_det(Context& c) {
   Builder& b = c.b;
-  Value a = matrix_arg(c, 0, "linalg.det", true);
-  Lu f = lu_for(c, 0, a);
-  const DType dt = b.dtype(a);
-  const int64_t r = b.rank(a);
-  Value diag = diagonal(b, f.lu);
-  Value prod = b.reduce(diag, b.constant(1, dt), {r - 2}, "stablehlo.multiply");
-  return {b.mul(pivot_sign(b, f.pivots, dt), prod), f.lu, f.pivots};
+  DetParts p = det_parts(c, "linalg.det");
+  Value prod = b.reduce(p.diag, b.constant(1, p.dt), {p.last}, "stablehlo.multiply");
+  return {b.mul(p.perm_sign, prod), p.f.lu, p.f.pivots};
 }
 
 // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
 std::vector<Value> lower_slogdet(Context& c) {
   Builder& b = c.b;
-  Value a = matrix_arg(c, 0, "linalg.slogdet", true);
-  Lu f = lu_for(c, 0, a);
-  const DType dt = b.dtype(a);
-  const int64_t r = b.rank(a);
-  Value diag = diagonal(b, f.lu);
-  Value sgn = b.reduce(b.unary("stablehlo.sign", diag), b.constant(1, dt), {r - 2}, "stablehlo.multiply");
-  Value logabs = sum_dim(b, b.unary("stablehlo.log", b.abs(diag)), r - 2);
-  return {b.mul(pivot_sign(b, f.pivots, dt), sgn), logabs, f.lu, f.pivots};
+  DetParts p = det_parts(c, "linalg.slogdet");
+  Value sgn = b.reduce(b.unary("stablehlo.sign", p.diag), b.constant(1, p.dt), {p.last}, "stablehlo.multiply");
+  Value logabs = sum_dim(b, b.unary("stablehlo.log", b.abs(p.diag)), p.last);
+  return {b.mul(p.perm_sign, sgn), logabs, p.f.lu, p.f.pivots};
 }
 
 // ---- Cholesky-based solves ----------------------------------------------------------

@@ -704,6 +704,8 @@ ClassRows class_rows(Context& c, size_t self_arg, size_t target_arg, const char*
   TORCH_CHECK(ok, op, ": inconsistent target size: ", dims_string(tg.sizes), " for input of size: ",
               dims_string(in.sizes));
   r.x = c.b.reshape(c.b.convert(c.args.tensor(self_arg), to_hlo(opmath_type(in.dtype))), {r.n, r.c});
+  // reduction='none' keeps a loss per row for a batch (and, for a class
+  // index target, for any target with a dim).
   if (in.dim() == 2 || (!target_per_class && tg.dim() > 0)) r.none_shape = {r.n};
   return r;
 }
@@ -817,7 +819,6 @@ std::vector<Value> lower_multilabel_margin(Context& c) {
   Builder& b = c.b;
   const TensorInfo& in = c.args.info(0);
   ClassRows r = class_rows(c, 0, 1, "multilabel_margin_loss", true);
-  r.none_shape = in.dim() == 2 ? Dims{r.n} : Dims{};
   MultilabelTerms t = multilabel_terms(c, r, 1);
   Value is_target = b.reshape(b.convert(t.is_target, to_hlo(in.dtype)), c.args.info(1).sizes);
   return {cast(b, finish_rows(b, r, t.loss, c.args.int_(2)), in.dtype), is_target};
@@ -828,7 +829,6 @@ std::vector<Value> lower_multilabel_margin_backward(Context& c) {
   Builder& b = c.b;
   const TensorInfo& in = c.args.info(1);
   ClassRows r = class_rows(c, 1, 2, "multilabel_margin_loss_backward", true);
-  r.none_shape = in.dim() == 2 ? Dims{r.n} : Dims{};
   MultilabelTerms t = multilabel_terms(c, r, 2);
   const DType ct = b.dtype(r.x);
   const Dims nkc{r.n, r.c, r.c};

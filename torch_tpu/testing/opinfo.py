@@ -426,6 +426,16 @@ def _record_failure(tally: Tally, kind: str, msg: str) -> None:
             tally.first_error = msg[:600]
 
 
+def _count(tally: Tally, diff: str | None, what: str, sample, verbose: bool) -> None:
+    """A compared sample: passed, or a wrong value described by `diff`."""
+    if diff is None:
+        tally.passed += 1
+        return
+    _record_failure(tally, "wrong", f"{_describe(sample)}: {diff}")
+    if verbose:
+        print(f"  {what}: WRONG {_describe(sample)}: {diff}")
+
+
 def _classify(exc: BaseException) -> str:
     return "unsupported" if isinstance(exc, NotImplementedError) else "error"
 
@@ -482,12 +492,7 @@ def _forward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
                     diff = None
             except Exception:  # noqa: BLE001
                 pass
-        if diff is None:
-            tally.passed += 1
-        else:
-            _record_failure(tally, "wrong", f"{_describe(sample)}: {diff}")
-            if verbose:
-                print(f"  {op.name} {dtype}: WRONG {_describe(sample)}: {diff}")
+        _count(tally, diff, f"{op.name} {dtype}", sample, verbose)
 
 
 def _check_on_tpu(out) -> None:
@@ -580,12 +585,7 @@ def _backward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
                     if diff:
                         diff = f"gradient {i}: {diff}"
                         break
-        if diff is None:
-            tally.passed += 1
-        else:
-            _record_failure(tally, "wrong", f"{_describe(sample)}: {diff}")
-            if verbose:
-                print(f"  {op.name} {dtype} backward: WRONG {_describe(sample)}: {diff}")
+        _count(tally, diff, f"{op.name} {dtype} backward", sample, verbose)
 
 
 def _op_key(op) -> str:
