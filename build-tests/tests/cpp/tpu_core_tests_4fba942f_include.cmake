@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build-tests/tests/cpp/tpu_core_tests_4fba942f_tests.cmake")
-  include("/work/main/build-tests/tests/cpp/tpu_core_tests_4fba942f_tests.cmake")
-else()
-  add_test(tpu_core_tests_NOT_BUILT tpu_core_tests_NOT_BUILT)
-endif()
