@@ -1,5 +1,5 @@
-// grid_sampler_2d and its backward (torch.nn.functional.grid_sample on 4-D
-// input): bilinear, nearest and bicubic interpolation with zeros, border and
+// grid_sampler_2d/3d and their backward (torch.nn.functional.grid_sample):
+// (bi/tri)linear, nearest and (2-D) bicubic interpolation with zeros, border and
 // reflection padding, as the CPU kernel computes them (source coordinates,
 // tap weights, and the gradient with respect to the grid).
 #include <cmath>
@@ -71,57 +71,82 @@ Coord source_coord(Builder& b, Value g, int64_t size, int64_t padding, bool alig
   return c;
 }
 
+// The sampling geometry: input [N, C, *spatial], grid [N, *out, nsp] whose
+// last dim holds (x, y[, z]), i.e. coordinates of the spatial dims in
+// reverse order.
 struct Sampler {
-  int64_t n, ch, h, w, ho, wo;
+  int64_t n, ch, nsp;
+  Dims spatial, out;     // input's spatial sizes, output's
   DType ct;
-  Coord x, y;  // source coordinates (bicubic: before padding, which applies per tap)
+  std::vector<Coord> c;  // per grid component (x, y, z); bicubic: before padding, applied per tap
   int64_t padding;
   bool align;
+  Dims grid_dims() const {  // [N, *out]
+    Dims d{n};
+    d.insert(d.end(), out.begin(), out.end());
+    return d;
+  }
+  Dims out_dims() const {  // [N, C, *out]
+    Dims d{n, ch};
+    d.insert(d.end(), out.begin(), out.end());
+    return d;
+  }
+  int64_t size_of(size_t j) const { return spatial[nsp - 1 - j]; }  // extent along grid component j
 };
 
-Sampler sampler(Context& c, size_t input_arg, size_t grid_arg, size_t interp_arg) {
+Sampler sampler(Context& c, size_t input_arg, size_t grid_arg, size_t interp_arg, int64_t nsp) {
   const TensorInfo& in = c.args.info(input_arg);
   const TensorInfo& gi = c.args.info(grid_arg);
-  TORCH_CHECK(in.dim() == 4 && gi.dim() == 4 && gi.sizes[3] == 2 && gi.sizes[0] == in.sizes[0],
-              "grid_sampler_2d: expected 4D input [N, C, H, W] and grid [N, H_out, W_out, 2] with the same N, got ",
-              dims_string(in.sizes), " and ", dims_string(gi.sizes));
+  TORCH_CHECK(in.dim() == nsp + 2 && gi.dim() == nsp + 2 && gi.sizes.back() == nsp && gi.sizes[0] == in.sizes[0],
+              "grid_sampler_", nsp, "d: expected ", nsp + 2, "D input and grid with ", nsp,
+              " coordinates per point and the same batch, got ", dims_string(in.sizes), " and ", dims_string(gi.sizes));
   const int64_t interp = c.args.int_(interp_arg);
-  TORCH_CHECK(interp == kBilinear || interp == kNearest || interp == kBicubic,
-              "grid_sampler_2d: unknown interpolation mode ", interp);
+  TORCH_CHECK(interp == kBilinear || interp == kNearest || (interp == kBicubic && nsp == 2),
+              "grid_sampler_", nsp, "d: unsupported interpolation mode ", interp);
   Builder& b = c.b;
-  Sampler s{in.sizes[0], in.sizes[1], in.sizes[2], in.sizes[3], gi.sizes[1], gi.sizes[2],
-            to_hlo(opmath_type(in.dtype)), {}, {}, 0, false};
-  Value grid = b.convert(c.args.tensor(grid_arg), s.ct);
-  const Dims gd{s.n, s.ho, s.wo};
-  Value gx = b.reshape(b.slice(grid, {0, 0, 0, 0}, {s.n, s.ho, s.wo, 1}), gd);
-  Value gy = b.reshape(b.slice(grid, {0, 0, 0, 1}, {s.n, s.ho, s.wo, 2}), gd);
+  Sampler s;
+  s.n = in.sizes[0];
+  s.ch = in.sizes[1];
+  s.nsp = nsp;
+  s.spatial = Dims(in.sizes.begin() + 2, in.sizes.end());
+  s.out = Dims(gi.sizes.begin() + 1, gi.sizes.end() - 1);
+  s.ct = to_hlo(opmath_type(in.dtype));
   s.padding = c.args.int_(interp_arg + 1);
   s.align = c.args.bool_(interp_arg + 2);
+  Value grid = b.convert(c.args.tensor(grid_arg), s.ct);
   const int64_t coord_padding = interp == kBicubic ? kZeros : s.padding;
-  s.x = source_coord(b, gx, s.w, coord_padding, s.align);
-  s.y = source_coord(b, gy, s.h, coord_padding, s.align);
+  for (int64_t j = 0; j < nsp; ++j) {
+    Value g = b.reshape(b.slice_dim(grid, nsp + 1, j, j + 1), s.grid_dims());
+    s.c.push_back(source_coord(b, g, s.size_of(j), coord_padding, s.align));
+  }
   return s;
 }
 
 // A sampling point (integer corner) with its validity and weight, and the
 // weight's derivatives with respect to the source coordinates.
 struct Tap {
-  Value coords;  // [N, Ho, Wo, 3] i64: (n, y, x), clamped in range
-  Value valid;   // [N, Ho, Wo]
-  Value weight;  // [N, Ho, Wo]
-  Value dx, dy;  // d weight / d ix, d weight / d iy (invalid for nearest)
+  Value coords;           // [N, *out, 1 + nsp] i64: (n, spatial...) clamped in range
+  Value valid;            // [N, *out]
+  Value weight;           // [N, *out]
+  std::vector<Value> dw;  // d weight / d coordinate j (empty for nearest)
 };
 
-Tap tap(Builder& b, const Sampler& s, Value xi, Value yi, Value weight, Value dx = Value(), Value dy = Value()) {
-  const Dims gd{s.n, s.ho, s.wo};
-  Value valid = b.and_(b.and_(b.compare(Cmp::GE, xi, k(b, 0, xi)), b.compare(Cmp::LT, xi, k(b, s.w, xi))),
-                       b.and_(b.compare(Cmp::GE, yi, k(b, 0, yi)), b.compare(Cmp::LT, yi, k(b, s.h, yi))));
-  auto idx = [&](Value v, int64_t size) {
-    return b.reshape(b.clamp(b.zeros(Type{DType::I64, gd}), b.convert(v, DType::I64), b.full_int(size - 1, DType::I64, gd)),
-                     {s.n, s.ho, s.wo, 1});
-  };
-  Value nidx = b.reshape(b.iota(Type{DType::I64, gd}, 0), {s.n, s.ho, s.wo, 1});
-  return {b.concatenate({nidx, idx(yi, s.h), idx(xi, s.w)}, 3), valid, weight, dx, dy};
+// pos[j]: the integer position along grid component j.
+Tap tap(Builder& b, const Sampler& s, const std::vector<Value>& pos, Value weight, std::vector<Value> dw = {}) {
+  const Dims gd = s.grid_dims();
+  Dims col = gd;
+  col.push_back(1);
+  Value valid = b.full(1, DType::Pred, gd);
+  std::vector<Value> parts{b.reshape(b.iota(Type{DType::I64, gd}, 0), col)};
+  for (int64_t d = 0; d < s.nsp; ++d) {  // input dims in order: component nsp - 1 - d
+    const size_t j = static_cast<size_t>(s.nsp - 1 - d);
+    Value v = pos[j];
+    const int64_t size = s.size_of(j);
+    valid = b.and_(valid, b.and_(b.compare(Cmp::GE, v, k(b, 0, v)), b.compare(Cmp::LT, v, k(b, size, v))));
+    parts.push_back(b.reshape(
+        b.clamp(b.zeros(Type{DType::I64, gd}), b.convert(v, DType::I64), b.full_int(size - 1, DType::I64, gd)), col));
+  }
+  return {b.concatenate(parts, static_cast<int64_t>(gd.size())), valid, weight, std::move(dw)};
 }
 
 // Keys' cubic convolution weights (A = -0.75) of the 4 taps around t in
@@ -156,55 +181,90 @@ Value pad_tap(Builder& b, Value v, int64_t size, int64_t padding, bool align) {
   return c.at;
 }
 
-// The taps of nearest (1), bilinear (nw, ne, sw, se) or bicubic (4 x 4)
+// The taps of nearest (1), linear (2^nsp corners) or bicubic (4 x 4)
 // interpolation.
 std::vector<Tap> taps(Builder& b, const Sampler& s, int64_t interp) {
-  Value ix = s.x.at, iy = s.y.at;
+  const size_t nsp = static_cast<size_t>(s.nsp);
+  std::vector<Value> at;
+  for (const Coord& c : s.c) at.push_back(c.at);
   if (interp == kNearest) {
-    Value rx = b.unary("stablehlo.round_nearest_even", ix), ry = b.unary("stablehlo.round_nearest_even", iy);
-    return {tap(b, s, rx, ry, k(b, 1, ix))};
+    std::vector<Value> pos;
+    for (Value v : at) pos.push_back(b.unary("stablehlo.round_nearest_even", v));
+    return {tap(b, s, pos, k(b, 1, at[0]))};
   }
-  Value x0 = b.unary("stablehlo.floor", ix), y0 = b.unary("stablehlo.floor", iy);
+  std::vector<Value> lo;
+  for (Value v : at) lo.push_back(b.unary("stablehlo.floor", v));
   if (interp == kBicubic) {
-    auto [wx, dwx] = cubic_weights(b, b.sub(ix, x0));
-    auto [wy, dwy] = cubic_weights(b, b.sub(iy, y0));
+    auto [wx, dwx] = cubic_weights(b, b.sub(at[0], lo[0]));
+    auto [wy, dwy] = cubic_weights(b, b.sub(at[1], lo[1]));
     std::vector<Tap> out;
     for (int i = 0; i < 4; ++i) {
       for (int j = 0; j < 4; ++j) {
-        Value xi = pad_tap(b, b.add(x0, k(b, i - 1, x0)), s.w, s.padding, s.align);
-        Value yj = pad_tap(b, b.add(y0, k(b, j - 1, y0)), s.h, s.padding, s.align);
-        out.push_back(tap(b, s, xi, yj, b.mul(wx[i], wy[j]), b.mul(dwx[i], wy[j]), b.mul(wx[i], dwy[j])));
+        Value xi = pad_tap(b, b.add(lo[0], k(b, i - 1, lo[0])), s.size_of(0), s.padding, s.align);
+        Value yj = pad_tap(b, b.add(lo[1], k(b, j - 1, lo[1])), s.size_of(1), s.padding, s.align);
+        out.push_back(tap(b, s, {xi, yj}, b.mul(wx[i], wy[j]), {b.mul(dwx[i], wy[j]), b.mul(wx[i], dwy[j])}));
       }
     }
     return out;
   }
-  Value x1 = b.add(x0, k(b, 1, x0)), y1 = b.add(y0, k(b, 1, y0));
-  Value xa = b.sub(x1, ix), xb = b.sub(ix, x0), ya = b.sub(y1, iy), yb = b.sub(iy, y0);
-  return {tap(b, s, x0, y0, b.mul(xa, ya), b.neg(ya), b.neg(xa)), tap(b, s, x1, y0, b.mul(xb, ya), ya, b.neg(xb)),
-          tap(b, s, x0, y1, b.mul(xa, yb), b.neg(yb), xa), tap(b, s, x1, y1, b.mul(xb, yb), yb, xb)};
+  // Linear: per component the lower corner weighs (lo + 1 - c), the upper (c - lo).
+  std::vector<Value> w_lo, w_hi;
+  for (size_t j = 0; j < nsp; ++j) {
+    w_lo.push_back(b.sub(b.add(lo[j], k(b, 1, lo[j])), at[j]));
+    w_hi.push_back(b.sub(at[j], lo[j]));
+  }
+  std::vector<Tap> out;
+  for (int corner = 0; corner < (1 << nsp); ++corner) {
+    std::vector<Value> pos, w(nsp), dw;
+    for (size_t j = 0; j < nsp; ++j) {
+      const bool hi = (corner >> j) & 1;
+      pos.push_back(hi ? b.add(lo[j], k(b, 1, lo[j])) : lo[j]);
+      w[j] = hi ? w_hi[j] : w_lo[j];
+    }
+    Value weight = w[0];
+    for (size_t j = 1; j < nsp; ++j) weight = b.mul(weight, w[j]);
+    for (size_t j = 0; j < nsp; ++j) {  // product rule: d w_j / d c_j = +-1
+      Value d = k(b, ((corner >> j) & 1) ? 1.0 : -1.0, at[j]);
+      for (size_t i = 0; i < nsp; ++i) if (i != j) d = b.mul(d, w[i]);
+      dw.push_back(d);
+    }
+    out.push_back(tap(b, s, pos, weight, dw));
+  }
+  return out;
 }
 
-// input[n, :, y, x] at each tap: [N, C, Ho, Wo] (zero where out of bounds).
+// A per-point value [N, *out] over the channels: [N, C, *out].
+Value spread(Builder& b, const Sampler& s, Value w) {
+  Dims map{0};
+  for (int64_t d = 0; d < s.nsp; ++d) map.push_back(2 + d);
+  return b.broadcast_in_dim(w, s.out_dims(), map);
+}
+
+// input[n, :, spatial...] at each tap: [N, C, *out] (zero where out of bounds).
 Value read(Builder& b, const Sampler& s, Value input, const Tap& t) {
   Builder::GatherDims dn;
   dn.offset_dims = {1};
-  dn.collapsed_slice_dims = {0, 2, 3};
-  dn.start_index_map = {0, 2, 3};
-  dn.index_vector_dim = 3;
-  Value v = b.gather(input, t.coords, dn, {1, s.ch, 1, 1}, {s.n, s.ch, s.ho, s.wo});
-  return b.select(b.broadcast_in_dim(t.valid, b.dims(v), {0, 2, 3}), v, b.zeros(b.type(v)));
+  dn.collapsed_slice_dims = {0};
+  dn.start_index_map = {0};
+  for (int64_t d = 0; d < s.nsp; ++d) {
+    dn.collapsed_slice_dims.push_back(2 + d);
+    dn.start_index_map.push_back(2 + d);
+  }
+  dn.index_vector_dim = s.nsp + 1;
+  Dims slice(s.nsp + 2, 1);
+  slice[1] = s.ch;
+  Value v = b.gather(input, t.coords, dn, slice, s.out_dims());
+  return b.select(spread(b, s, t.valid), v, b.zeros(b.type(v)));
 }
 
-Value spread(Builder& b, const Sampler& s, Value w) { return b.broadcast_in_dim(w, {s.n, s.ch, s.ho, s.wo}, {0, 2, 3}); }
-
-// grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners)
-std::vector<Value> lower_grid_sampler(Context& c) {
+// grid_sampler_{2,3}d(input, grid, interpolation_mode, padding_mode, align_corners)
+std::vector<Value> lower_grid_sampler(Context& c, int64_t nsp) {
   Builder& b = c.b;
   const at::ScalarType t = c.args.info(0).dtype;
-  Sampler s = sampler(c, 0, 1, 2);
+  Sampler s = sampler(c, 0, 1, 2, nsp);
   Value input = b.convert(c.args.tensor(0), s.ct);
-  Value out = b.zeros(Type{s.ct, {s.n, s.ch, s.ho, s.wo}});
-  if (s.n * s.ch * s.h * s.w > 0) {
+  Value out = b.zeros(Type{s.ct, s.out_dims()});
+  if (c.args.info(0).numel() > 0) {
     for (const Tap& tp : taps(b, s, c.args.int_(2))) {
       out = b.add(out, b.mul(read(b, s, input, tp), spread(b, s, tp.weight)));
     }
@@ -212,50 +272,54 @@ std::vector<Value> lower_grid_sampler(Context& c) {
   return one(cast(b, out, t));
 }
 
-// grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode,
+// grid_sampler_{2,3}d_backward(grad_output, input, grid, interpolation_mode,
 //   padding_mode, align_corners, output_mask) -> (grad_input, grad_grid)
-std::vector<Value> lower_grid_sampler_backward(Context& c) {
+std::vector<Value> lower_grid_sampler_backward(Context& c, int64_t nsp) {
   Builder& b = c.b;
   const at::ScalarType t = c.args.info(1).dtype;
   const at::ScalarType gt = c.args.info(2).dtype;
-  Sampler s = sampler(c, 1, 2, 3);
-  const int64_t interp = c.args.int_(3);
+  Sampler s = sampler(c, 1, 2, 3, nsp);
   std::vector<int64_t> mask = c.args.ints(6);
   Value g = b.convert(c.args.tensor(0), s.ct);
   Value input = b.convert(c.args.tensor(1), s.ct);
-  const Dims od{s.n, s.ch, s.ho, s.wo}, gd{s.n, s.ho, s.wo};
-  Value gin = b.zeros(Type{s.ct, {s.n, s.ch, s.h, s.w}});
-  Value gix = b.zeros(Type{s.ct, gd}), giy = b.zeros(Type{s.ct, gd});
-  const bool empty = s.n * s.ch * s.h * s.w == 0;
-  std::vector<Tap> tps = empty ? std::vector<Tap>{} : taps(b, s, interp);
+  const Dims gd = s.grid_dims();
+  Value gin = b.zeros(Type{s.ct, c.args.info(1).sizes});
+  std::vector<Value> gc(nsp, b.zeros(Type{s.ct, gd}));
+  std::vector<Tap> tps = c.args.info(1).numel() == 0 ? std::vector<Tap>{} : taps(b, s, c.args.int_(3));
   Builder::ScatterDims dn;
   dn.update_window_dims = {1};
-  dn.inserted_window_dims = {0, 2, 3};
-  dn.scatter_dims_to_operand_dims = {0, 2, 3};
-  dn.index_vector_dim = 3;
+  dn.inserted_window_dims = {0};
+  dn.scatter_dims_to_operand_dims = {0};
+  for (int64_t d = 0; d < nsp; ++d) {
+    dn.inserted_window_dims.push_back(2 + d);
+    dn.scatter_dims_to_operand_dims.push_back(2 + d);
+  }
+  dn.index_vector_dim = nsp + 1;
   auto add = [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; };
   for (const Tap& tp : tps) {
     if (mask.empty() || mask[0]) {
       Value upd = b.mul(g, spread(b, s, b.select(tp.valid, tp.weight, b.zeros(b.type(tp.weight)))));
       gin = b.scatter(gin, tp.coords, upd, dn, add);
     }
-    if (!tp.dx.valid() || (mask.size() > 1 && !mask[1])) continue;
+    if (tp.dw.empty() || (mask.size() > 1 && !mask[1])) continue;
     // sum over channels of value * grad_output, times d weight / d coordinate
     Value vg = sum_over(b, b.mul(read(b, s, input, tp), g), {1});
-    gix = b.add(gix, b.mul(vg, tp.dx));
-    giy = b.add(giy, b.mul(vg, tp.dy));
+    for (int64_t j = 0; j < nsp; ++j) gc[j] = b.add(gc[j], b.mul(vg, tp.dw[j]));
   }
-  gix = b.mul(gix, s.x.grad);
-  giy = b.mul(giy, s.y.grad);
-  Value ggrid = b.concatenate({b.reshape(gix, {s.n, s.ho, s.wo, 1}), b.reshape(giy, {s.n, s.ho, s.wo, 1})}, 3);
-  return {cast(b, gin, t), cast(b, ggrid, gt)};
+  Dims col = gd;
+  col.push_back(1);
+  std::vector<Value> parts;
+  for (int64_t j = 0; j < nsp; ++j) parts.push_back(b.reshape(b.mul(gc[j], s.c[j].grad), col));
+  return {cast(b, gin, t), cast(b, b.concatenate(parts, nsp + 1), gt)};
 }
 
 }  // namespace
 
 TPU_LOWERINGS(grid_sample) {
-  reg("aten::grid_sampler_2d", lower_grid_sampler);
-  reg("aten::grid_sampler_2d_backward", lower_grid_sampler_backward);
+  reg("aten::grid_sampler_2d", [](Context& c) { return lower_grid_sampler(c, 2); });
+  reg("aten::grid_sampler_3d", [](Context& c) { return lower_grid_sampler(c, 3); });
+  reg("aten::grid_sampler_2d_backward", [](Context& c) { return lower_grid_sampler_backward(c, 2); });
+  reg("aten::grid_sampler_3d_backward", [](Context& c) { return lower_grid_sampler_backward(c, 3); });
 }
 
 }  // namespace tpu::lowering
