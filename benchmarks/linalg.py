@@ -1,0 +1,64 @@
+"""Linear algebra on the tpu device (StableHLO loops) vs CPU PyTorch (LAPACK).
+
+    python benchmarks/linalg.py [--repeats 5]
+
+Prints the median time of each op on both devices and the ratio tpu / CPU
+(below 1: tpu faster), after one warm-up call that compiles the program. The
+decompositions loop over columns (LU, QR) or rotations (Jacobi eigh and SVD),
+so the ratio shows what the portable formulation costs against LAPACK.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import torch_tpu  # noqa: F401
+
+
+def median_seconds(fn, repeats):
+    fn()  # compile / warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def timed(op, device, *xs):
+    args = [x.to(device) for x in xs]
+
+    def run():
+        out = op(*args)
+        if device != "cpu":
+            torch.tpu.synchronize()
+        return out
+
+    return run
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for n in (64, 256):
+        a = torch.randn(n, n, generator=g)
+        b = torch.randn(n, 8, generator=g)
+        cases += [(f"solve {n}x{n}", torch.linalg.solve, (a, b)), (f"det {n}x{n}", torch.linalg.det, (a,)),
+                  (f"qr {n}x{n}", torch.linalg.qr, (a,))]
+    for n in (16, 64):
+        a = torch.randn(n, n, generator=g)
+        cases += [(f"eigh {n}x{n}", torch.linalg.eigh, (a + a.mT,)), (f"svd {n}x{n}", torch.linalg.svd, (a,))]
+    print(f"{'op':<16} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
+    for name, op, xs in cases:
+        t = median_seconds(timed(op, "tpu", *xs), args.repeats)
+        c = median_seconds(timed(op, "cpu", *xs), args.repeats)
+        print(f"{name:<16} {t * 1e3:>10.3f} {c * 1e3:>10.3f} {t / c:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
