@@ -256,8 +256,18 @@ Value sinc_(Builder& b, Value x) {
   Value r = b.div(b.unary("stablehlo.sine", px), px);
   return b.select(b.compare(Cmp::EQ, x, b.zeros(b.type(x))), full_like(b, 1.0, x), r);
 }
+// exp(x^2) erfc(x): directly below 2 (where it stays finite, or overflows
+// as it should for x < -9.3), by Laplace's continued fraction above, where
+// exp(x^2) alone would overflow:
+//   erfcx(x) = 1 / (sqrt(pi) (x + (1/2) / (x + (2/2) / (x + (3/2) / ...)))).
 Value erfcx_(Builder& b, Value x) {
-  return b.mul(b.unary("stablehlo.exponential", b.mul(x, x)), b.unary("chlo.erfc", x));
+  Value direct = b.mul(b.unary("stablehlo.exponential", b.mul(x, x)), b.unary("chlo.erfc", x));
+  Value large = b.compare(Cmp::GE, x, full_like(b, 2, x));
+  Value z = b.select(large, x, full_like(b, 2, x));
+  Value t = z;
+  for (int j = 60; j >= 1; --j) t = b.add(z, b.div(full_like(b, j / 2.0, z), t));
+  Value cf = b.div(full_like(b, 1 / std::sqrt(M_PI), t), t);
+  return b.select(large, cf, direct);
 }
 Value ndtr_(Builder& b, Value x) {
   // 0.5 * erfc(-x / sqrt(2))
