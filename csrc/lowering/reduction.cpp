@@ -304,8 +304,9 @@ std::vector<Value> lower_softmax(Context& c, bool log) {
   }
   Dims bdims;
   for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
+  // As on the CPU, an infinite maximum (a +inf entry, or a row of -inf)
+  // makes the row NaN.
   Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
-  m = b.select(b.is_finite(m), m, b.zeros(b.type(m)));
   Value shifted = b.sub(x, b.broadcast_in_dim(m, in.sizes, bdims));
   Value e = b.unary("stablehlo.exponential", shifted);
   Value s = b.broadcast_in_dim(sum_over(b, e, {dim}), in.sizes, bdims);
