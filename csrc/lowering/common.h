@@ -48,6 +48,12 @@ Value splat(Builder& b, Value x, const Dims& dims);
 // (cumsum: "stablehlo.add", 0).
 Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity);
 
+// Host-indexed gathers and scatter-adds along one dim: take_along picks the
+// slices x[..., idx[j], ...]; add_along adds the slices of g into positions
+// idx[j] of a dim of length n (its adjoint).
+Value take_along(Builder& b, Value x, int64_t d, const std::vector<int64_t>& idx);
+Value add_along(Builder& b, Value g, int64_t d, const std::vector<int64_t>& idx, int64_t n);
+
 [[noreturn]] void unsupported(Context& c, const std::string& what);
 
 // Checks on the device that every integer in `idx` lies in [-size, size)

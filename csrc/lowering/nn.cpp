@@ -1008,40 +1008,8 @@ std::vector<int64_t> nearest_indices(int64_t in, int64_t out, std::optional<doub
   return idx;
 }
 
-Value take_along(Builder& b, Value x, int64_t d, const std::vector<int64_t>& idx) {
-  const int64_t n = static_cast<int64_t>(idx.size());
-  Builder::GatherDims dn;
-  for (int64_t i = 0; i < b.rank(x); ++i) if (i != d) dn.offset_dims.push_back(i);
-  dn.collapsed_slice_dims = {d};
-  dn.start_index_map = {d};
-  dn.index_vector_dim = 1;
-  Dims slice = b.dims(x);
-  slice[d] = 1;
-  Dims out = b.dims(x);
-  out[d] = n;
-  return b.gather(x, b.constant_i64s(idx, {n, 1}), dn, slice, out);
-}
 
 // Adds rows of `g` (along d) into rows idx[i] of a zero tensor with `n` rows.
-Value add_along(Builder& b, Value g, int64_t d, const std::vector<int64_t>& idx, int64_t n) {
-  const int64_t m = static_cast<int64_t>(idx.size());
-  Dims sizes = b.dims(g);
-  sizes[d] = n;
-  Builder::ScatterDims dn;
-  for (int64_t i = 0; i < b.rank(g); ++i) if (i != d) dn.update_window_dims.push_back(i);
-  dn.inserted_window_dims = {d};
-  dn.scatter_dims_to_operand_dims = {d};
-  dn.index_vector_dim = 1;
-  // Updates must list the scatter dim first: move d to the front.
-  Dims perm{d};
-  for (int64_t i = 0; i < b.rank(g); ++i) if (i != d) perm.push_back(i);
-  Value gt = b.transpose(g, perm);
-  dn.update_window_dims.clear();
-  for (int64_t i = 1; i < b.rank(g); ++i) dn.update_window_dims.push_back(i);
-  (void)m;
-  return b.scatter(b.zeros(Type{b.dtype(g), sizes}), b.constant_i64s(idx, {m, 1}), gt, dn,
-                   [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
-}
 
 // upsample_nearest{1,2,3}d(self, output_size, scales...) and _upsample_nearest_exact.
 std::vector<Value> lower_upsample_nearest(Context& c, int64_t nsp, bool exact) {

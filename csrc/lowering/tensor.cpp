@@ -162,7 +162,9 @@ std::vector<Value> lower_edge_pad(Context& c, bool reflect) {
   return one(edge_pad(c.b, c.args.tensor(0), c.args.ints(1), reflect));
 }
 
-// The adjoint of edge_pad: fold the padded borders back onto the input.
+// The adjoint of edge_pad: output position o of a padded dim reads input
+// position map(o - lo) (mirrored or clamped into [0, n)); its gradient adds
+// there. Negative pads crop, so their positions simply never appear.
 std::vector<Value> lower_edge_pad_backward(Context& c, bool reflect) {
   // (grad_output, self, padding)
   Builder& b = c.b;
@@ -174,34 +176,24 @@ std::vector<Value> lower_edge_pad_backward(Context& c, bool reflect) {
   const int64_t k = static_cast<int64_t>(pad.size() / 2);
   for (int64_t i = 0; i < k; ++i) {
     const int64_t d = rank - 1 - i;
-    const int64_t lo = pad[2 * i], hi = pad[2 * i + 1];
-    const int64_t n = self.sizes[d];
+    const int64_t lo = pad[2 * i], n = self.sizes[d];
     const int64_t total = b.dims(g)[d];
-    Value core = b.slice_dim(g, d, lo, total - hi);
-    Value zero = b.zeros(Type{b.dtype(g), {}});
-    auto place = [&](Value part, int64_t at) {  // part added at [at, at + len) of a length-n dim
-      Dims lo_p(rank, 0), hi_p(rank, 0);
-      lo_p[d] = at;
-      hi_p[d] = n - at - b.dims(part)[d];
-      return b.pad(part, zero, lo_p, hi_p);
-    };
-    if (lo > 0) {
-      Value left = b.slice_dim(g, d, 0, lo);
+    std::vector<int64_t> src(total);
+    for (int64_t o = 0; o < total; ++o) {
+      int64_t j = o - lo;
       if (reflect) {
-        core = b.add(core, place(b.reverse(left, {d}), 1));
+        if (j < 0) j = -j;
+        if (j >= n) j = 2 * (n - 1) - j;
       } else {
-        core = b.add(core, place(b.reduce(left, zero, {d}, "stablehlo.add"), 0));
+        j = std::min(std::max<int64_t>(j, 0), n - 1);
       }
+      src[o] = j;
     }
-    if (hi > 0) {
-      Value right = b.slice_dim(g, d, total - hi, total);
-      if (reflect) {
-        core = b.add(core, place(b.reverse(right, {d}), n - 1 - hi));
-      } else {
-        core = b.add(core, place(b.reduce(right, zero, {d}, "stablehlo.add"), n - 1));
-      }
-    }
-    g = core;
+    g = total == 0 ? b.zeros(Type{b.dtype(g), [&] {
+      Dims z = b.dims(g);
+      z[d] = n;
+      return z;
+    }()}) : add_along(b, g, d, src, n);
   }
   return one(cast(b, g, t));
 }
@@ -394,6 +386,13 @@ std::vector<Value> lower_channel_shuffle(Context& c) {
 TPU_LOWERINGS(tensor) {
   reg("aten::fill.Scalar", lower_fill);
   reg("aten::channel_shuffle", lower_channel_shuffle);
+  // _efficientzerotensor(size, *, dtype, ...): autograd's zero gradients
+  // (a plain zero tensor here; PyTorch's ZeroTensor key is a CPU/CUDA nicety).
+  reg("aten::_efficientzerotensor", [](Context& c) {
+    const at::ScalarType t = c.args.opt_scalar_type(1).value_or(default_float());
+    const std::vector<int64_t> size = c.args.ints(0);
+    return one(c.b.zeros(Type{to_hlo(t), Dims(size.begin(), size.end())}));
+  });
   reg("aten::fill.Tensor", lower_fill);
   reg("aten::zero", [](Context& c) {
     const TensorInfo& self = c.args.info(0);
