@@ -95,6 +95,13 @@ def cache_stats() -> dict[str, float]:
     }
 
 
+def counters() -> dict[str, int]:
+    """Process-wide counts: programs executed on the device, and reads from
+    the device to the host (``.item()``, ``.cpu()``, printing, data-dependent
+    shapes), each of which waits for the device to finish."""
+    return {"executions": int(_ops.executions()), "host_reads": int(_ops.host_reads())}
+
+
 def clear_cache() -> None:
     """Drop the in-memory compiled programs (the on-disk cache stays)."""
     _ops.clear_cache()

@@ -71,6 +71,7 @@ std::vector<double> cache_stats() {
 }
 void clear_cache() { runtime().cache().clear(); }
 int64_t executions() { return runtime().executions(); }
+int64_t host_reads() { return pjrt::Buffer::host_reads(); }
 
 void set_execution_mode(std::string mode) {
   TORCH_CHECK(mode == "debug" || mode == "strict", "tpu: unknown execution mode '", mode,
@@ -164,6 +165,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("cache_stats() -> float[]", &cache_stats);
   m.def("clear_cache() -> ()", &clear_cache);
   m.def("executions() -> int", &executions);
+  m.def("host_reads() -> int", &host_reads);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
   m.def("memory_stats(int device) -> int[]", &memory_stats);

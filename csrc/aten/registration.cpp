@@ -21,9 +21,23 @@ at::Tensor& set_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt
                      C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// Whether `param.data = from` may swap a tensor's implementation in place.
+// PyTorch's own answer admits only its built-in dense backends, so without
+// this `module.to("tpu")` would replace every parameter by a new one and
+// silently untie shared weights (a language model's embedding and output
+// layer). A strided tensor on the CPU and one on tpu are interchangeable.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (dense(self) && dense(from));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("resize_", TORCH_FN(resize_));

@@ -248,6 +248,69 @@ std::vector<Value> fused_sgd(Context& c) {
   return {};
 }
 
+// ---- the gradient scaler (torch.amp.GradScaler) ---------------------------------------
+
+// Rank-0 float32 of a one-element tensor argument.
+Value scalar_f32(Context& c, size_t i) {
+  return c.b.reshape(c.b.convert(c.args.tensor(i), DType::F32), {});
+}
+
+// _amp_foreach_non_finite_check_and_unscale_(self[], found_inf, inv_scale):
+// multiplies every gradient by inv_scale and sets found_inf to 1 if any
+// element of any of them is infinite or NaN.
+std::vector<Value> amp_unscale(Context& c) {
+  Builder& b = c.b;
+  std::vector<Value> grads = c.args.tensors(0);
+  std::vector<TensorInfo> infos = c.args.infos(0);
+  const TensorInfo& found_info = c.args.info(1);
+  TORCH_CHECK(found_info.numel() == 1 && c.args.info(2).numel() == 1,
+              "_amp_foreach_non_finite_check_and_unscale_: found_inf and inv_scale must be one-element tensors, "
+              "got shapes ", dims_string(found_info.sizes), " and ", dims_string(c.args.info(2).sizes));
+  Value inv = scalar_f32(c, 2);
+  Value bad = b.constant_bool(false);
+  std::vector<Value> scaled;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    TORCH_CHECK(is_floating(infos[k].dtype), "_amp_foreach_non_finite_check_and_unscale_: expected floating-point "
+                "gradients, got ", infos[k].dtype);
+    Value g = b.convert(grads[k], DType::F32);
+    Dims all(infos[k].sizes.size());
+    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
+    bad = b.or_(bad, b.reduce(b.not_(b.is_finite(g)), b.constant_bool(false), all, "stablehlo.or"));
+    scaled.push_back(b.mul(g, b.broadcast_in_dim(inv, infos[k].sizes, {})));
+  }
+  c.args.assign_list(0, scaled);
+  Value found = b.select(bad, b.constant(1, DType::F32), scalar_f32(c, 1));
+  c.args.assign(1, b.reshape(found, found_info.sizes));
+  return {};
+}
+
+// _amp_update_scale_(self, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
+// backs the scale off after a step with non-finite gradients; grows it after
+// growth_interval clean steps in a row (unless that would overflow).
+std::vector<Value> amp_update_scale(Context& c) {
+  Builder& b = c.b;
+  TORCH_CHECK(c.args.info(0).numel() == 1 && c.args.info(1).numel() == 1 && c.args.info(2).numel() == 1,
+              "_amp_update_scale_: scale, growth_tracker and found_inf must be one-element tensors");
+  TORCH_CHECK(c.args.info(0).dtype == at::kFloat, "_amp_update_scale_: the scale must be a float tensor, got ",
+              c.args.info(0).dtype);
+  Value scale = scalar_f32(c, 0);
+  Value tracker = b.reshape(b.convert(c.args.tensor(1), DType::I32), {});
+  Value found = b.compare(Cmp::NE, scalar_f32(c, 2), b.constant(0, DType::F32));
+  Value growth = c.args.runtime_scalar(c.args.double_(3), DType::F32);
+  Value backoff = c.args.runtime_scalar(c.args.double_(4), DType::F32);
+  Value interval = c.args.runtime_scalar(c.args.int_(5), DType::I32);
+  Value zero = b.constant_int(0, DType::I32);
+  Value successful = b.add(tracker, b.constant_int(1, DType::I32));
+  Value grow = b.compare(Cmp::EQ, successful, interval);
+  Value grown = b.mul(scale, growth);
+  grown = b.select(b.is_finite(grown), grown, scale);
+  Value new_scale = b.select(found, b.mul(scale, backoff), b.select(grow, grown, scale));
+  Value new_tracker = b.select(found, zero, b.select(grow, zero, successful));
+  c.args.assign(0, b.reshape(new_scale, c.args.info(0).sizes));
+  c.args.assign(1, b.reshape(new_tracker, c.args.info(1).sizes));
+  return {};
+}
+
 void foreach_op(const std::string& name, const std::string& element) {
   element_ops().emplace(name, element);
   register_lowering(name.c_str(), lower_foreach);
@@ -302,6 +365,8 @@ TPU_LOWERINGS(foreach) {
   reg("aten::_fused_adamw_.tensor_lr", [](Context& c) { return fused_adam(c, true); });
   reg("aten::_fused_sgd_", fused_sgd);
   reg("aten::_fused_sgd_.tensor_lr", fused_sgd);
+  reg("aten::_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
+  reg("aten::_amp_update_scale_", amp_update_scale);
 }
 
 }  // namespace tpu::lowering

@@ -1,5 +1,7 @@
 #include "csrc/pjrt/buffer.h"
 
+#include <atomic>
+
 #include "csrc/pjrt/client.h"
 
 namespace tpu::pjrt {
@@ -62,7 +64,14 @@ size_t Buffer::on_device_size_in_bytes() const {
   return args.on_device_size_in_bytes;
 }
 
+namespace {
+std::atomic<int64_t> g_host_reads{0};
+}  // namespace
+
+int64_t Buffer::host_reads() { return g_host_reads.load(); }
+
 void Buffer::to_host(void* dst, size_t nbytes) const {
+  ++g_host_reads;
   auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
   args.src = buffer_;
   args.dst = dst;

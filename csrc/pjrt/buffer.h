@@ -48,6 +48,9 @@ class Buffer {
   // Blocks until the data is there; surfaces errors of the computation that
   // produced the buffer.
   void to_host(void* dst, size_t nbytes) const;
+  // How many to_host reads the process made (each one waits for the device):
+  // tests use it to prove a loop never synchronizes.
+  static int64_t host_reads();
 
   // Block until the buffer's producer finished; throws its error if it failed.
   void await_ready() const;
