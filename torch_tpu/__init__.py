@@ -71,6 +71,18 @@ _kernels.register()
 from . import api  # noqa: E402,F401
 
 
+def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:
+    # Fused eager: one training step becomes one program (forward, backward
+    # and update), the same every iteration, so it compiles once.
+    if _ops._started():
+        _ops.flush()
+
+
+from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
+
+register_optimizer_step_post_hook(_flush_after_optimizer_step)
+
+
 def plugin_info() -> dict[str, str]:
     """The PJRT plugin behind the ``tpu`` device (starts the runtime)."""
     path, platform, version, api_version = (str(s) for s in _ops._runtime_info())
@@ -123,7 +135,8 @@ def cpu_fallback_counts() -> dict[str, int]:
 
 
 def set_execution_mode(mode: str) -> None:
-    """``"strict"`` (asynchronous, the default) or ``"debug"`` (synchronous)."""
+    """``"strict"`` (asynchronous, the default), ``"debug"`` (synchronous) or
+    ``"fused"`` (ops are deferred and run together as one program)."""
     _ops.set_execution_mode(mode)
 
 
@@ -131,9 +144,29 @@ def get_execution_mode() -> str:
     return str(_ops.execution_mode())
 
 
+def flush() -> None:
+    """Fused eager: run the ops deferred so far as one program, without
+    waiting for it (reading a value, ``torch.tpu.synchronize()`` and the end
+    of every ``optimizer.step()`` do this too)."""
+    _ops.flush()
+
+
+def fused_stats() -> dict[str, int]:
+    """Fused eager: programs recorded, and fused programs run (flushes)."""
+    recorded, flushes = (int(v) for v in _ops.fused_stats())
+    return {"recorded": recorded, "flushes": flushes}
+
+
+def fused_max_ops() -> int:
+    """Fused eager: the graph runs once it holds this many ops
+    (TORCH_TPU_FUSED_MAX_OPS, default 2000)."""
+    return int(_ops.fused_max_ops())
+
+
 @contextlib.contextmanager
 def execution_mode(mode: str):
-    """Run the block in ``mode`` (``"debug"`` or ``"strict"``)."""
+    """Run the block in ``mode`` (``"debug"``, ``"strict"`` or ``"fused"``).
+    Leaving fused mode runs what the block deferred."""
     previous = get_execution_mode()
     set_execution_mode(mode)
     try:

@@ -3,6 +3,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "csrc/aten/generator.h"
@@ -109,12 +110,15 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
   Slot s;
   s.storage = t.storage();
   s.tpu = &storage_of(s.storage);
-  TpuStorage::Value snapshot = s.tpu->value();
-  if (snapshot.buffer) {
+  TpuStorage::Value snapshot = s.tpu->raw_value();
+  if (snapshot.deferred && !(fused() && snapshot.deferred->pending_in(&exec::Runtime::get().graph(device_)))) {
+    snapshot = s.tpu->value();  // materialize: runs the graph it waits in
+  }
+  if (snapshot.buffer || snapshot.deferred) {
     s.type = snapshot.type;
     Value p = b_.param(s.type);
     s.param = b_.num_params() - 1;
-    args_.push_back(std::move(snapshot.buffer));
+    args_.push_back({std::move(snapshot.buffer), std::move(snapshot.deferred), s.type});
     s.full = p;
     s.flat = b_.reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
@@ -178,7 +182,8 @@ Value EagerProgram::scalar(const c10::Scalar& s, DType dtype) {
     return b_.complex(scalar(z.real(), DType::F64), scalar(z.imag(), DType::F64));
   }
   Value v = b_.param(Type{dtype, {}});
-  args_.push_back(exec::Runtime::get().scalar_buffer(dtype, scalar_bits(s, dtype), device_));
+  args_.push_back({exec::Runtime::get().scalar_buffer(dtype, scalar_bits(s, dtype), device_), nullptr,
+                   Type{dtype, {}}});
   return v;
 }
 
@@ -194,7 +199,8 @@ Value EagerProgram::rng_key(const std::optional<at::Generator>& gen) {
   uint64_t words[2] = {key.first, key.second};
   Value v = b_.param(Type{DType::U64, {2}});
   const auto& rt = exec::Runtime::get();
-  args_.push_back(rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device_)));
+  args_.push_back(
+      {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device_)), nullptr, Type{DType::U64, {2}}});
   return v;
 }
 
@@ -214,10 +220,24 @@ void EagerProgram::assign(const at::Tensor& dst, Value value) {
   s.full = covers ? value : Value{};
 }
 
+bool EagerProgram::fused() const { return exec::Runtime::get().mode() == exec::ExecutionMode::Fused; }
+
+std::vector<pjrt::c::PJRT_Buffer*> EagerProgram::raw_args() {
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  raw.reserve(args_.size());
+  for (auto& a : args_) {
+    if (!a.buffer) {
+      a.buffer = a.deferred->resolve();  // a value still in the fused graph: run it
+      a.deferred.reset();
+    }
+    raw.push_back(a.buffer->raw());
+  }
+  return raw;
+}
+
 int64_t EagerProgram::evaluate_int(Value v) {
   Value as_i64 = b_.convert(v, DType::I64);
-  std::vector<pjrt::c::PJRT_Buffer*> raw;
-  for (const auto& a : args_) raw.push_back(a->raw());
+  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args();
   auto outs = exec::Runtime::get().run(b_.module({as_i64}), raw, device_);
   int64_t result = 0;
   outs[0]->to_host(&result, sizeof(result));
@@ -239,7 +259,9 @@ const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
     // Donate the old buffer when nothing else can still read it: the storage
     // and this program's argument are its only owners, and the new value has
     // its type.
-    if (s.param >= 0 && args_[s.param].use_count() <= 2 && b_.type(out) == s.type) {
+    // (Fused eager donates when the whole graph runs instead.)
+    if (!fused() && s.param >= 0 && args_[s.param].buffer && args_[s.param].buffer.use_count() <= 2 &&
+        b_.type(out) == s.type) {
       b_.alias(s.param, static_cast<int>(all.size()));
     }
     written_.push_back(i);
@@ -247,13 +269,48 @@ const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
   }
   for (const auto& [ok, message] : checks_) all.push_back(ok);
   text_ = b_.module(all);
+  all_outputs_ = std::move(all);
   return text_;
 }
 
+std::vector<at::Tensor> EagerProgram::defer() {
+  exec::DeferredGraph& graph = exec::Runtime::get().graph(device_);
+  std::string name = "op_";
+  {
+    char buf[17];
+    snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(exec::fingerprint64(text_)));
+    name += buf;
+  }
+  std::vector<Type> types;
+  types.reserve(all_outputs_.size());
+  for (Value v : all_outputs_) types.push_back(b_.type(v));
+  std::vector<exec::DeferredPtr> outs = graph.record(name, b_.function(name, all_outputs_), args_, types);
+  args_.clear();  // the graph holds what it needs
+  std::vector<at::Tensor> results;
+  results.reserve(outputs_.size());
+  size_t next = 0;
+  for (Value v : outputs_) {
+    if (!v.valid()) {
+      results.emplace_back();
+      continue;
+    }
+    results.push_back(tensor_from_deferred(outs[next++], to_aten(b_.dtype(v)), device_));
+  }
+  for (size_t k = 0; k < written_.size(); ++k) slots_[written_[k]].tpu->set_deferred(outs[next + k]);
+  next += written_.size();
+  for (size_t k = 0; k < checks_.size(); ++k) {
+    try {
+      graph.add_check(outs[next + k], checks_[k].second);
+    } catch (const exec::CheckFailure& e) {
+      TORCH_CHECK_INDEX(false, e.what());
+    }
+  }
+  return results;
+}
+
 std::vector<at::Tensor> EagerProgram::run() {
-  std::vector<pjrt::c::PJRT_Buffer*> raw;
-  raw.reserve(args_.size());
-  for (const auto& a : args_) raw.push_back(a->raw());
+  if (fused()) return defer();
+  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args();
   std::vector<pjrt::BufferPtr> outs = exec::Runtime::get().run(text_, raw, device_);
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "csrc/aten/storage.h"
+#include "csrc/exec/deferred.h"
 #include "csrc/exec/strided.h"
 #include "csrc/hlo/builder.h"
 
@@ -42,6 +43,7 @@ class EagerProgram {
   const std::string& text(const std::vector<hlo::Value>& outputs);
   // Compile (cached) and run; returns the outputs as new contiguous tensors
   // and swaps the written storages' values. `text` must have been called.
+  // In fused eager the program is recorded instead (see exec/deferred.h).
   std::vector<at::Tensor> run();
 
  private:
@@ -59,10 +61,14 @@ class EagerProgram {
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t);
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
+  std::vector<pjrt::c::PJRT_Buffer*> raw_args();
+  std::vector<at::Tensor> defer();
+  bool fused() const;
 
   int device_;
   hlo::Builder b_;
-  std::vector<pjrt::BufferPtr> args_;
+  std::vector<exec::ProgramArg> args_;
+  std::vector<hlo::Value> all_outputs_;  // outputs_ (valid ones), written storages, checks
   std::deque<Slot> slots_;  // stable references
   std::vector<hlo::Value> outputs_;
   std::vector<size_t> written_;  // indices into slots_, in output order

@@ -74,12 +74,27 @@ int64_t executions() { return runtime().executions(); }
 int64_t host_reads() { return pjrt::Buffer::host_reads(); }
 
 void set_execution_mode(std::string mode) {
-  TORCH_CHECK(mode == "debug" || mode == "strict", "tpu: unknown execution mode '", mode,
-              "'; expected 'debug' or 'strict'");
-  runtime().set_mode(mode == "debug" ? exec::ExecutionMode::Debug : exec::ExecutionMode::Strict);
+  TORCH_CHECK(mode == "debug" || mode == "strict" || mode == "fused", "tpu: unknown execution mode '", mode,
+              "'; expected 'debug', 'strict' or 'fused'");
+  runtime().set_mode(mode == "debug"    ? exec::ExecutionMode::Debug
+                     : mode == "fused" ? exec::ExecutionMode::Fused
+                                       : exec::ExecutionMode::Strict);
 }
 std::string execution_mode() {
-  return runtime().mode() == exec::ExecutionMode::Debug ? "debug" : "strict";
+  switch (runtime().mode()) {
+    case exec::ExecutionMode::Debug: return "debug";
+    case exec::ExecutionMode::Fused: return "fused";
+    default: return "strict";
+  }
+}
+// Run the deferred graphs of every device (fused eager), without waiting.
+void flush() {
+  for (int d = 0; d < runtime().device_count(); ++d) runtime().graph(d).flush();
+}
+int64_t fused_max_ops() { return static_cast<int64_t>(exec::DeferredGraph::max_programs()); }
+std::vector<int64_t> fused_stats() {
+  exec::DeferredStats s = exec::DeferredGraph::stats();
+  return {s.recorded, s.flushes};
 }
 
 std::vector<int64_t> memory_stats(int64_t device) {
@@ -168,6 +183,9 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("host_reads() -> int", &host_reads);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
+  m.def("flush() -> ()", &flush);
+  m.def("fused_stats() -> int[]", &fused_stats);
+  m.def("fused_max_ops() -> int", &fused_max_ops);
   m.def("memory_stats(int device) -> int[]", &memory_stats);
   m.def("reset_peak_memory_stats(int device) -> ()", &reset_peak_memory_stats);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);

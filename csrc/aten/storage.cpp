@@ -188,6 +188,25 @@ at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, at:
   return t;
 }
 
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, at::ScalarType dtype, int device) {
+  at::Tensor t = empty_tpu(value->type().dims, dtype, device);
+  storage_of(t).set_deferred(std::move(value));
+  return t;
+}
+
+TpuStorage::Value TpuStorage::value() const {
+  Value v = raw_value();
+  if (!v.deferred) return v;
+  v.buffer = v.deferred->resolve();  // runs the fused graph (outside our lock)
+  std::lock_guard<std::mutex> lock(mu_);
+  if (value_.deferred == v.deferred) {  // not overwritten meanwhile: keep the buffer
+    value_.buffer = v.buffer;
+    value_.deferred.reset();
+  }
+  v.deferred.reset();
+  return v;
+}
+
 bool is_supported_dtype(at::ScalarType t) {
   switch (t) {
     case at::kBool: case at::kByte: case at::kChar: case at::kShort: case at::kInt:

@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "csrc/exec/deferred.h"
 #include "csrc/hlo/types.h"
 #include "csrc/pjrt/buffer.h"
 
@@ -23,12 +24,17 @@ class TpuStorage {
 
   // A consistent snapshot of the device value. `buffer` is null while the
   // storage was never written: its bytes are zero (torch.empty never exposes
-  // uninitialized device memory).
+  // uninitialized device memory). In fused eager the value may still be
+  // `deferred`: a result of a recorded program.
   struct Value {
     pjrt::BufferPtr buffer;
     hlo::Type type;  // of `buffer`; its row-major bytes are the storage bytes
+    exec::DeferredPtr deferred;
   };
-  Value value() const {
+  // The materialized value: runs the fused graph first if it is deferred.
+  Value value() const;
+  // The value as it is, possibly deferred (fused eager reads it in the graph).
+  Value raw_value() const {
     std::lock_guard<std::mutex> lock(mu_);
     return value_;
   }
@@ -36,13 +42,20 @@ class TpuStorage {
     std::lock_guard<std::mutex> lock(mu_);
     value_.buffer = std::move(buffer);
     value_.type = std::move(type);
+    value_.deferred.reset();
+  }
+  void set_deferred(exec::DeferredPtr v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    value_.buffer.reset();
+    value_.type = v->type();
+    value_.deferred = std::move(v);
   }
 
  private:
   mutable std::mutex mu_;
   size_t nbytes_;
   int device_;
-  Value value_;
+  mutable Value value_;
 };
 
 // The allocator of `tpu` storages (registered for PrivateUse1).
@@ -74,6 +87,8 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
 // A contiguous tpu tensor of `dtype` whose storage holds `buffer`.
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, at::ScalarType dtype,
                               int device);
+// A contiguous tpu tensor whose storage holds a deferred value (fused eager).
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, at::ScalarType dtype, int device);
 
 bool is_supported_dtype(at::ScalarType t);
 

@@ -96,6 +96,9 @@ Runtime::Runtime(const RuntimeConfig& config) {
   co.portable = portable_ = client_->devices().size() > 1;
   compile_options_ = co.serialize();
   pending_.resize(client_->devices().size());
+  for (size_t i = 0; i < client_->devices().size(); ++i) {
+    graphs_.push_back(std::make_unique<DeferredGraph>(static_cast<int>(i)));
+  }
   checks_.resize(client_->devices().size());
   std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
   if (cache_dir.empty()) cache_dir = config.cache_dir;
@@ -104,8 +107,17 @@ Runtime::Runtime(const RuntimeConfig& config) {
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
   cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir);
+  const std::string fuse = env("TORCH_TPU_DEFER_AND_FUSE");
+  if (!fuse.empty() && fuse != "0") mode_ = ExecutionMode::Fused;
   const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");
   if (!blocking.empty() && blocking != "0") mode_ = ExecutionMode::Debug;
+}
+
+void Runtime::set_mode(ExecutionMode m) {
+  if (mode_ == ExecutionMode::Fused && m != ExecutionMode::Fused) {
+    for (auto& g : graphs_) g->flush();
+  }
+  mode_ = m;
 }
 
 const pjrt::Device& Runtime::device(int index) const {
@@ -144,6 +156,7 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& program,
 
 void Runtime::synchronize(int device_index) {
   device(device_index);  // validates
+  graphs_[device_index]->flush();
   std::vector<std::unique_ptr<pjrt::Event>> events;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "csrc/exec/deferred.h"
 #include "csrc/exec/executable_cache.h"
 #include "csrc/hlo/types.h"
 #include "csrc/pjrt/client.h"
@@ -25,7 +26,8 @@ struct RuntimeConfig {
 
 // Debug: wait for every program and surface its errors at the op that ran it.
 // Strict: asynchronous; the host waits only when it reads a value.
-enum class ExecutionMode { Debug, Strict };
+// Fused: programs are recorded into a DeferredGraph and run together.
+enum class ExecutionMode { Debug, Strict, Fused };
 
 class Runtime {
  public:
@@ -43,7 +45,11 @@ class Runtime {
   bool portable() const { return portable_; }
 
   ExecutionMode mode() const { return mode_; }
-  void set_mode(ExecutionMode m) { mode_ = m; }
+  // Leaving fused mode runs what was deferred.
+  void set_mode(ExecutionMode m);
+
+  // The fused eager graph of `device`.
+  DeferredGraph& graph(int device) { return *graphs_.at(device); }
 
   // Compile (or find) `program` and run it on device `index`.
   std::vector<pjrt::BufferPtr> run(const std::string& program,
@@ -53,7 +59,8 @@ class Runtime {
   // of `dtype`; cached, so a scalar used every step is uploaded once.
   pjrt::BufferPtr scalar_buffer(hlo::DType dtype, uint64_t bits, int device);
 
-  // Wait until every program started on `device` finished; throws the first
+  // Run the deferred graph of `device`, then wait until every program
+  // started on it finished; throws the first
   // error one of them reported, then the first failed check (below).
   void synchronize(int device);
 
@@ -80,6 +87,7 @@ class Runtime {
   std::mutex scalar_mu_;
   std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
   std::atomic<int64_t> executions_{0};
+  std::vector<std::unique_ptr<DeferredGraph>> graphs_;
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
   std::vector<std::vector<std::unique_ptr<pjrt::Event>>> pending_;

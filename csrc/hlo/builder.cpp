@@ -189,14 +189,30 @@ std::string Builder::module(const std::vector<Value>& results) const {
   std::string m;
   m.reserve(frames_[0].text.size() + 512);
   m += "module @tpu_program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  m += "  func.func public @main(";
+  append_function(m, "func.func public @main", results, /*aliases=*/true);
+  m += "}\n";
+  return m;
+}
+
+std::string Builder::function(const std::string& name, const std::vector<Value>& results) const {
+  std::string m;
+  m.reserve(frames_[0].text.size() + 256);
+  append_function(m, "func.func private @" + name, results, /*aliases=*/false);
+  return m;
+}
+
+void Builder::append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
+                              bool aliases) const {
+  m += "  ";
+  m += head;
+  m += "(";
   for (size_t i = 0; i < params_.size(); ++i) {
     if (i) m += ", ";
     append_value(m, params_[i]);
     m += ": ";
     types_[params_[i].id].append_to(m);
     for (const auto& [p, o] : aliases_) {
-      if (p == static_cast<int>(i)) {
+      if (aliases && p == static_cast<int>(i)) {
         m += " {tf.aliasing_output = ";
         append_int(m, o);
         m += " : i32}";
@@ -220,8 +236,7 @@ std::string Builder::module(const std::vector<Value>& results) const {
     if (i) m += ", ";
     type(results[i]).append_to(m);
   }
-  m += ") -> ()\n  }\n}\n";
-  return m;
+  m += ") -> ()\n  }\n";
 }
 
 // ---- constants ---------------------------------------------------------------

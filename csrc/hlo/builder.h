@@ -51,6 +51,9 @@ class Builder {
 
   // The finished module returning `results`.
   std::string module(const std::vector<Value>& results) const;
+  // The program as a private function `@name` (no aliasing attributes), for
+  // a module that calls it: fused eager composes recorded ops this way.
+  std::string function(const std::string& name, const std::vector<Value>& results) const;
 
   // ---- generic emission ---------------------------------------------------
   // Appends `op` with the given operands, result types, attribute dictionary
@@ -191,6 +194,8 @@ class Builder {
   std::unordered_set<int> broadcast_;  // values made by broadcast_in_dim (see div)
   std::vector<Value> params_;
   std::vector<std::pair<int, int>> aliases_;
+  void append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
+                       bool aliases) const;
   std::vector<Frame> frames_;
   int indent_ = 2;
 };

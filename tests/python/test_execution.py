@@ -1,6 +1,8 @@
 """Execution: strict (asynchronous) and debug (synchronous) modes, the
 executable cache in memory and on disk, synchronization, several devices."""
 
+import os
+
 import pytest
 import torch
 
@@ -9,12 +11,15 @@ from conftest import run_python
 
 
 def test_default_mode_is_strict_and_debug_is_switchable():
-    assert torch_tpu.get_execution_mode() == "strict"
+    default = "fused" if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") != "0" else "strict"
+    if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING", "0") != "0":
+        default = "debug"
+    assert torch_tpu.get_execution_mode() == default
     with torch_tpu.execution_mode("debug"):
         assert torch_tpu.get_execution_mode() == "debug"
         x = torch.arange(10.0, device="tpu") * 3
         assert torch.equal(x.cpu(), torch.arange(10.0) * 3)
-    assert torch_tpu.get_execution_mode() == "strict"
+    assert torch_tpu.get_execution_mode() == default
     with pytest.raises(RuntimeError, match="unknown execution mode"):
         torch_tpu.set_execution_mode("fast")
 
@@ -27,13 +32,14 @@ def test_launch_blocking_environment_selects_debug():
 
 def test_cache_hits_on_repeat():
     x = torch.randn(17, 3, device="tpu")
+    (x * 2 + 1).cpu()  # (in fused eager the first program also computes x)
     (x * 2 + 1).cpu()
     s0 = torch_tpu.cache_stats()
     for _ in range(5):
         (x * 2 + 1).cpu()
     s1 = torch_tpu.cache_stats()
     assert s1["misses"] == s0["misses"]
-    assert s1["hits"] >= s0["hits"] + 10
+    assert s1["hits"] >= s0["hits"] + 5
     assert s1["compile_seconds"] >= 0
 
 

@@ -278,6 +278,7 @@ def test_lr_scheduler_matches_cpu():
 
 
 @pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD])
+@torch_tpu.execution_mode("strict")  # one program per op: count them
 def test_fused_step_is_one_program_updating_in_place(cls):
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4)).to("tpu")
     kw = dict(momentum=0.9) if cls is torch.optim.SGD else {}

@@ -1,0 +1,223 @@
+#include "csrc/exec/deferred.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "csrc/exec/runtime.h"
+
+namespace tpu::exec {
+
+namespace {
+std::atomic<int64_t> g_recorded{0};
+std::atomic<int64_t> g_flushes{0};
+
+void append_type(std::string& out, const hlo::Type& t) { t.append_to(out); }
+}  // namespace
+
+pjrt::BufferPtr DeferredValue::resolve() {
+  if (DeferredGraph* g = graph_) g->flush();
+  if (!error_.empty()) throw std::runtime_error(error_);
+  if (!buffer_) throw std::logic_error("torch_tpu internal error: a deferred value was never computed");
+  return buffer_;
+}
+
+bool DeferredValue::pending_in(const DeferredGraph* graph) const { return graph_ == graph; }
+
+size_t DeferredGraph::max_programs() {
+  static const size_t n = [] {
+    const char* e = std::getenv("TORCH_TPU_FUSED_MAX_OPS");
+    long v = e ? std::atol(e) : 0;
+    return v > 0 ? static_cast<size_t>(v) : size_t{2000};
+  }();
+  return n;
+}
+
+DeferredStats DeferredGraph::stats() { return {g_recorded.load(), g_flushes.load()}; }
+
+size_t DeferredGraph::size() const {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  return calls_.size();
+}
+
+DeferredGraph::Ref DeferredGraph::ref_for(const ProgramArg& a) {
+  if (a.deferred && a.deferred->pending_in(this)) return Ref{a.deferred->call_, a.deferred->result_};
+  pjrt::BufferPtr buf = a.deferred ? a.deferred->resolve() : a.buffer;
+  auto [it, inserted] = param_index_.emplace(buf.get(), static_cast<int>(params_.size()));
+  if (inserted) {
+    params_.push_back(std::move(buf));
+    param_types_.push_back(a.type);
+  }
+  return Ref{-1, it->second};
+}
+
+std::vector<DeferredPtr> DeferredGraph::record(const std::string& name, const std::string& function_text,
+                                               const std::vector<ProgramArg>& args,
+                                               const std::vector<hlo::Type>& results) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  Call call;
+  call.name = name;
+  call.results = results;
+  call.args.reserve(args.size());
+  for (const ProgramArg& a : args) call.args.push_back(ref_for(a));
+  if (functions_.emplace(name, function_text).second) function_order_.push_back(name);
+  const int index = static_cast<int>(calls_.size());
+  calls_.push_back(std::move(call));
+  std::vector<DeferredPtr> out;
+  out.reserve(results.size());
+  for (size_t r = 0; r < results.size(); ++r) {
+    DeferredPtr v(new DeferredValue(this, results[r], index, static_cast<int>(r)));
+    produced_.push_back(v);
+    out.push_back(std::move(v));
+  }
+  ++g_recorded;
+  if (calls_.size() >= max_programs()) flush_locked();
+  return out;
+}
+
+void DeferredGraph::add_check(DeferredPtr ok, std::string message) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (!ok->pending_in(this)) {  // the graph already ran (size limit)
+    Runtime::get().add_check(device_, ok->resolve(), std::move(message));
+    return;
+  }
+  checks_.emplace_back(std::move(ok), std::move(message));
+}
+
+void DeferredGraph::flush() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  flush_locked();
+}
+
+void DeferredGraph::flush_locked() {
+  if (calls_.empty()) return;
+  // Take the graph; recording starts afresh even if running it fails.
+  std::vector<pjrt::BufferPtr> params;
+  params.swap(params_);
+  std::vector<hlo::Type> param_types;
+  param_types.swap(param_types_);
+  param_index_.clear();
+  std::vector<Call> calls;
+  calls.swap(calls_);
+  std::vector<std::string> order;
+  order.swap(function_order_);
+  std::unordered_map<std::string, std::string> functions;
+  functions.swap(functions_);
+  std::vector<std::weak_ptr<DeferredValue>> produced;
+  produced.swap(produced_);
+  std::vector<std::pair<DeferredPtr, std::string>> checks;
+  checks.swap(checks_);
+
+  // The outputs: every value something still holds, in recording order.
+  std::vector<DeferredPtr> live;
+  std::unordered_map<const DeferredValue*, size_t> out_index;
+  auto add_output = [&](const DeferredPtr& v) {
+    if (out_index.emplace(v.get(), live.size()).second) live.push_back(v);
+  };
+  for (auto& w : produced) {
+    if (DeferredPtr v = w.lock()) add_output(v);
+  }
+  for (auto& [v, msg] : checks) add_output(v);
+
+  auto value_name = [&](std::string& out, const Ref& r) {
+    if (r.call < 0) {
+      out += "%arg" + std::to_string(r.index);
+    } else {
+      out += "%c" + std::to_string(r.call);
+      if (calls[r.call].results.size() > 1) out += "#" + std::to_string(r.index);
+    }
+  };
+  auto ref_type = [&](const Ref& r) -> const hlo::Type& {
+    return r.call < 0 ? param_types[r.index] : calls[r.call].results[r.index];
+  };
+
+  // Donation: a parameter buffer only this graph still holds (its storage was
+  // overwritten, e.g. an optimizer step) gives its memory to an output of
+  // the same type.
+  std::vector<int> alias(params.size(), -1);
+  std::vector<bool> taken(live.size(), false);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].use_count() != 1) continue;
+    for (size_t k = 0; k < live.size(); ++k) {
+      if (!taken[k] && live[k]->type() == param_types[i]) {
+        alias[i] = static_cast<int>(k);
+        taken[k] = true;
+        break;
+      }
+    }
+  }
+
+  std::string text;
+  text += "module @tpu_fused attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
+  for (const std::string& name : order) text += functions[name];
+  text += "  func.func public @main(";
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (i) text += ", ";
+    text += "%arg" + std::to_string(i) + ": ";
+    append_type(text, param_types[i]);
+    if (alias[i] >= 0) text += " {tf.aliasing_output = " + std::to_string(alias[i]) + " : i32}";
+  }
+  text += ") -> (";
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (k) text += ", ";
+    append_type(text, live[k]->type());
+  }
+  text += ") {\n";
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const Call& call = calls[c];
+    text += "    ";
+    if (call.results.size() == 1) text += "%c" + std::to_string(c) + " = ";
+    if (call.results.size() > 1) text += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
+    text += "\"func.call\"(";
+    for (size_t a = 0; a < call.args.size(); ++a) {
+      if (a) text += ", ";
+      value_name(text, call.args[a]);
+    }
+    text += ") {callee = @" + call.name + "} : (";
+    for (size_t a = 0; a < call.args.size(); ++a) {
+      if (a) text += ", ";
+      append_type(text, ref_type(call.args[a]));
+    }
+    text += ") -> (";
+    for (size_t r = 0; r < call.results.size(); ++r) {
+      if (r) text += ", ";
+      append_type(text, call.results[r]);
+    }
+    text += ")\n";
+  }
+  text += "    \"func.return\"(";
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (k) text += ", ";
+    value_name(text, Ref{live[k]->call_, live[k]->result_});
+  }
+  text += ") : (";
+  for (size_t k = 0; k < live.size(); ++k) {
+    if (k) text += ", ";
+    append_type(text, live[k]->type());
+  }
+  text += ") -> ()\n  }\n}\n";
+
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  raw.reserve(params.size());
+  for (const auto& p : params) raw.push_back(p->raw());
+  ++g_flushes;
+  std::vector<pjrt::BufferPtr> outs;
+  try {
+    outs = Runtime::get().run(text, raw, device_);
+  } catch (const std::exception& e) {
+    const std::string msg = std::string("a fused eager program failed: ") + e.what();
+    for (auto& v : live) {
+      v->error_ = msg;
+      v->graph_ = nullptr;
+    }
+    throw;
+  }
+  params.clear();  // donated buffers are gone
+  for (size_t k = 0; k < live.size(); ++k) {
+    live[k]->buffer_ = outs[k];
+    live[k]->graph_ = nullptr;
+  }
+  for (auto& [v, msg] : checks) Runtime::get().add_check(device_, v->buffer_, std::move(msg));
+}
+
+}  // namespace tpu::exec
