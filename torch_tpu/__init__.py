@@ -61,7 +61,7 @@ _PLUGIN = _plugin.find_plugin()
 _ops._configure(
     _PLUGIN.path,
     int(os.environ.get("TORCH_TPU_CPU_DEVICES", "1")),
-    os.environ.get("TORCH_TPU_CACHE_DIR", ""),
+    _plugin.default_cache_dir(),
 )
 
 from . import _kernels  # noqa: E402
@@ -96,14 +96,20 @@ def plugin_info() -> dict[str, str]:
 
 
 def cache_stats() -> dict[str, float]:
-    """Statistics of the executable cache shared by all execution modes."""
-    hits, misses, disk_hits, entries, seconds = (float(v) for v in _ops.cache_stats())
+    """Statistics of the executable cache shared by all execution modes:
+    hits (found in memory), misses (compiled), disk_hits (loaded from the
+    persistent cache), entries (in memory), evictions (dropped from memory by
+    its size bound), compile_seconds (spent compiling), and the cache
+    directory (empty when the persistent cache is off)."""
+    hits, misses, disk_hits, entries, seconds, evictions = (float(v) for v in _ops.cache_stats())
     return {
         "hits": int(hits),
         "misses": int(misses),
         "disk_hits": int(disk_hits),
         "entries": int(entries),
+        "evictions": int(evictions),
         "compile_seconds": seconds,
+        "dir": str(_ops.cache_dir()),
     }
 
 
@@ -114,9 +120,10 @@ def counters() -> dict[str, int]:
     return {"executions": int(_ops.executions()), "host_reads": int(_ops.host_reads())}
 
 
-def clear_cache() -> None:
-    """Drop the in-memory compiled programs (the on-disk cache stays)."""
-    _ops.clear_cache()
+def clear_cache(disk: bool = False) -> int:
+    """Drop the in-memory compiled programs and reset the statistics; with
+    ``disk=True`` also delete the persistent entries (returns how many)."""
+    return int(_ops.clear_cache(bool(disk)))
 
 
 def set_cpu_fallback(enabled: bool) -> None:

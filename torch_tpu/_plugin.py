@@ -79,3 +79,14 @@ def find_plugin() -> PluginChoice:
         if path:
             return PluginChoice(path, "cpu", searched)
     return PluginChoice("", "none", searched)
+
+
+def default_cache_dir() -> str:
+    """Where compiled programs persist: TORCH_TPU_CACHE_DIR ("0" or "off":
+    nowhere), else the user's cache directory ($XDG_CACHE_HOME or ~/.cache,
+    under torch_tpu/executables)."""
+    explicit = os.environ.get("TORCH_TPU_CACHE_DIR")
+    if explicit is not None:
+        return "" if explicit.strip().lower() in ("", "0", "off", "none") else explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_tpu", "executables")

@@ -286,3 +286,21 @@ def _is_in_bad_fork() -> bool:
 
 def _lazy_init() -> None:
     init()
+
+
+# ---- the compilation cache ------------------------------------------------------------
+
+
+def cache_stats() -> dict:
+    """Executable cache statistics (hits, misses, disk_hits, compile_seconds,
+    ...); the same as ``torch_tpu.cache_stats()``."""
+    import torch_tpu
+
+    return torch_tpu.cache_stats()
+
+
+def clear_cache(disk: bool = False) -> int:
+    """Drop compiled programs from memory (and from disk with ``disk=True``)."""
+    import torch_tpu
+
+    return torch_tpu.clear_cache(disk)

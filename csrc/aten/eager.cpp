@@ -284,7 +284,8 @@ std::vector<at::Tensor> EagerProgram::defer() {
   std::vector<Type> types;
   types.reserve(all_outputs_.size());
   for (Value v : all_outputs_) types.push_back(b_.type(v));
-  std::vector<exec::DeferredPtr> outs = graph.record(name, b_.function(name, all_outputs_), args_, types);
+  std::vector<exec::DeferredPtr> outs =
+      graph.record(name, [&] { return b_.function(name, all_outputs_); }, args_, types);
   args_.clear();  // the graph holds what it needs
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());

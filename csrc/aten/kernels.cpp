@@ -60,6 +60,8 @@ bool is_tpu(const at::Tensor& t) {
 
 // ---- arguments ---------------------------------------------------------------
 
+void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Tensor&)>& f);
+
 class EagerArgs final : public lowering::Args {
  public:
   EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args,
@@ -165,7 +167,19 @@ class EagerArgs final : public lowering::Args {
   // check such calls).
   bool data_dependent() const { return data_dependent_; }
   std::optional<at::ScalarType> out_dtype() const override { return out_dtype_; }
-  void check(Value ok, const std::string& message) override { p_.check(ok, message); }
+  // Device-side checks name the op's inputs, since they may surface later
+  // (at the next synchronization) than the line that issued the op.
+  void check(Value ok, const std::string& message) override {
+    std::string inputs;
+    for (const c10::IValue& v : args_) {
+      for_each_tensor(v, [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        inputs += inputs.empty() ? "" : ", ";
+        inputs += std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes());
+      });
+    }
+    p_.check(ok, inputs.empty() ? message : message + " [inputs: " + inputs + "]");
+  }
 
  private:
   static lowering::TensorInfo info_of(const at::Tensor& t) {
@@ -273,7 +287,7 @@ std::unordered_set<uint64_t> g_validated;
 void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                    const Entry& e, const std::string& text, hlo::Builder& b,
                    const std::vector<Value>& outputs) {
-  const uint64_t key = exec::fingerprint64(c10::toString(op.operator_name()) + '\0' + text);
+  const uint64_t key = exec::fingerprint64(text) * 31 + std::hash<std::string>()(c10::toString(op.operator_name()));
   {
     std::lock_guard<std::mutex> lock(g_validated_mu);
     if (g_validated.count(key)) return;

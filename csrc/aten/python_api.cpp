@@ -67,9 +67,14 @@ void synchronize(int64_t device) {
 std::vector<double> cache_stats() {
   exec::CacheStats s = runtime().cache().stats();
   return {static_cast<double>(s.hits), static_cast<double>(s.misses),
-          static_cast<double>(s.disk_hits), static_cast<double>(s.entries), s.compile_seconds};
+          static_cast<double>(s.disk_hits), static_cast<double>(s.entries), s.compile_seconds,
+          static_cast<double>(s.evictions)};
 }
-void clear_cache() { runtime().cache().clear(); }
+int64_t clear_cache(bool disk) {
+  runtime().cache().clear();
+  return disk ? static_cast<int64_t>(runtime().cache().clear_disk()) : 0;
+}
+std::string cache_dir() { return runtime().cache().disk_dir(); }
 int64_t executions() { return runtime().executions(); }
 int64_t host_reads() { return pjrt::Buffer::host_reads(); }
 
@@ -178,7 +183,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("device_name(int device) -> str", &device_name);
   m.def("synchronize(int device) -> ()", &synchronize);
   m.def("cache_stats() -> float[]", &cache_stats);
-  m.def("clear_cache() -> ()", &clear_cache);
+  m.def("clear_cache(bool disk) -> int", &clear_cache);
+  m.def("cache_dir() -> str", &cache_dir);
   m.def("executions() -> int", &executions);
   m.def("host_reads() -> int", &host_reads);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);

@@ -51,7 +51,8 @@ DeferredGraph::Ref DeferredGraph::ref_for(const ProgramArg& a) {
   return Ref{-1, it->second};
 }
 
-std::vector<DeferredPtr> DeferredGraph::record(const std::string& name, const std::string& function_text,
+std::vector<DeferredPtr> DeferredGraph::record(const std::string& name,
+                                               const std::function<std::string()>& function_text,
                                                const std::vector<ProgramArg>& args,
                                                const std::vector<hlo::Type>& results) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -60,7 +61,10 @@ std::vector<DeferredPtr> DeferredGraph::record(const std::string& name, const st
   call.results = results;
   call.args.reserve(args.size());
   for (const ProgramArg& a : args) call.args.push_back(ref_for(a));
-  if (functions_.emplace(name, function_text).second) function_order_.push_back(name);
+  if (functions_.find(name) == functions_.end()) {
+    functions_.emplace(name, function_text());
+    function_order_.push_back(name);
+  }
   const int index = static_cast<int>(calls_.size());
   calls_.push_back(std::move(call));
   std::vector<DeferredPtr> out;
@@ -147,55 +151,82 @@ void DeferredGraph::flush_locked() {
     }
   }
 
-  std::string text;
-  text += "module @tpu_fused attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  for (const std::string& name : order) text += functions[name];
-  text += "  func.func public @main(";
+  // The key: the graph's structure, naming each recorded function by its
+  // fingerprint. It is far shorter than the module text, which is only
+  // built when the key is not in the executable cache.
+  std::string key = "fused:";
+  auto ref_key = [&](const Ref& r) {
+    key += r.call < 0 ? 'p' : 'c';
+    key += std::to_string(r.call < 0 ? r.index : r.call);
+    if (r.call >= 0) key += "." + std::to_string(r.index);
+    key += ',';
+  };
   for (size_t i = 0; i < params.size(); ++i) {
-    if (i) text += ", ";
-    text += "%arg" + std::to_string(i) + ": ";
-    append_type(text, param_types[i]);
-    if (alias[i] >= 0) text += " {tf.aliasing_output = " + std::to_string(alias[i]) + " : i32}";
+    append_type(key, param_types[i]);
+    if (alias[i] >= 0) key += "=" + std::to_string(alias[i]);
+    key += ';';
   }
-  text += ") -> (";
-  for (size_t k = 0; k < live.size(); ++k) {
-    if (k) text += ", ";
-    append_type(text, live[k]->type());
+  for (const Call& call : calls) {
+    key += call.name;
+    key += '(';
+    for (const Ref& r : call.args) ref_key(r);
+    key += ')';
   }
-  text += ") {\n";
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const Call& call = calls[c];
-    text += "    ";
-    if (call.results.size() == 1) text += "%c" + std::to_string(c) + " = ";
-    if (call.results.size() > 1) text += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
-    text += "\"func.call\"(";
-    for (size_t a = 0; a < call.args.size(); ++a) {
-      if (a) text += ", ";
-      value_name(text, call.args[a]);
-    }
-    text += ") {callee = @" + call.name + "} : (";
-    for (size_t a = 0; a < call.args.size(); ++a) {
-      if (a) text += ", ";
-      append_type(text, ref_type(call.args[a]));
+  key += "->";
+  for (const auto& v : live) ref_key(Ref{v->call_, v->result_});
+
+  auto build_text = [&] {
+    std::string text;
+    text += "module @tpu_fused attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
+    for (const std::string& name : order) text += functions[name];
+    text += "  func.func public @main(";
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (i) text += ", ";
+      text += "%arg" + std::to_string(i) + ": ";
+      append_type(text, param_types[i]);
+      if (alias[i] >= 0) text += " {tf.aliasing_output = " + std::to_string(alias[i]) + " : i32}";
     }
     text += ") -> (";
-    for (size_t r = 0; r < call.results.size(); ++r) {
-      if (r) text += ", ";
-      append_type(text, call.results[r]);
+    for (size_t k = 0; k < live.size(); ++k) {
+      if (k) text += ", ";
+      append_type(text, live[k]->type());
     }
-    text += ")\n";
-  }
-  text += "    \"func.return\"(";
-  for (size_t k = 0; k < live.size(); ++k) {
-    if (k) text += ", ";
-    value_name(text, Ref{live[k]->call_, live[k]->result_});
-  }
-  text += ") : (";
-  for (size_t k = 0; k < live.size(); ++k) {
-    if (k) text += ", ";
-    append_type(text, live[k]->type());
-  }
-  text += ") -> ()\n  }\n}\n";
+    text += ") {\n";
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const Call& call = calls[c];
+      text += "    ";
+      if (call.results.size() == 1) text += "%c" + std::to_string(c) + " = ";
+      if (call.results.size() > 1) text += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
+      text += "\"func.call\"(";
+      for (size_t a = 0; a < call.args.size(); ++a) {
+        if (a) text += ", ";
+        value_name(text, call.args[a]);
+      }
+      text += ") {callee = @" + call.name + "} : (";
+      for (size_t a = 0; a < call.args.size(); ++a) {
+        if (a) text += ", ";
+        append_type(text, ref_type(call.args[a]));
+      }
+      text += ") -> (";
+      for (size_t r = 0; r < call.results.size(); ++r) {
+        if (r) text += ", ";
+        append_type(text, call.results[r]);
+      }
+      text += ")\n";
+    }
+    text += "    \"func.return\"(";
+    for (size_t k = 0; k < live.size(); ++k) {
+      if (k) text += ", ";
+      value_name(text, Ref{live[k]->call_, live[k]->result_});
+    }
+    text += ") : (";
+    for (size_t k = 0; k < live.size(); ++k) {
+      if (k) text += ", ";
+      append_type(text, live[k]->type());
+    }
+    text += ") -> ()\n  }\n}\n";
+    return text;
+  };
 
   std::vector<pjrt::c::PJRT_Buffer*> raw;
   raw.reserve(params.size());
@@ -203,7 +234,7 @@ void DeferredGraph::flush_locked() {
   ++g_flushes;
   std::vector<pjrt::BufferPtr> outs;
   try {
-    outs = Runtime::get().run(text, raw, device_);
+    outs = Runtime::get().run(key, build_text, raw, device_);
   } catch (const std::exception& e) {
     const std::string msg = std::string("a fused eager program failed: ") + e.what();
     for (auto& v : live) {

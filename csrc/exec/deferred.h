@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,7 +69,8 @@ class DeferredGraph {
   // Records the program `function_text` (a private function named `name`,
   // see hlo::Builder::function) applied to `args`; returns its results.
   // Runs the graph once it holds `max_programs()` programs.
-  std::vector<DeferredPtr> record(const std::string& name, const std::string& function_text,
+  // `function_text` is called only if the graph does not hold `name` yet.
+  std::vector<DeferredPtr> record(const std::string& name, const std::function<std::string()>& function_text,
                                   const std::vector<ProgramArg>& args, const std::vector<hlo::Type>& results);
   // A device-side check (rank-0 pred) verified after the graph ran.
   void add_check(DeferredPtr ok, std::string message);

@@ -100,13 +100,20 @@ Runtime::Runtime(const RuntimeConfig& config) {
     graphs_.push_back(std::make_unique<DeferredGraph>(static_cast<int>(i)));
   }
   checks_.resize(client_->devices().size());
-  std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
-  if (cache_dir.empty()) cache_dir = config.cache_dir;
+  // TORCH_TPU_CACHE_DIR: a directory, or "0"/"off" for none (torch_tpu
+  // passes the resolved choice, defaulting to the user's cache directory).
+  std::string cache_dir = config.cache_dir;
+  if (const char* e = std::getenv("TORCH_TPU_CACHE_DIR")) cache_dir = e;
+  if (cache_dir == "0" || cache_dir == "off") cache_dir.clear();
+  size_t capacity = 4096;
+  if (const std::string c = env("TORCH_TPU_CACHE_MAX_ENTRIES"); !c.empty()) {
+    capacity = static_cast<size_t>(std::max<long long>(1, std::atoll(c.c_str())));
+  }
   // XLA_FLAGS changes what the plugin compiles, so it is part of the key.
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
-  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir);
+  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity);
   const std::string fuse = env("TORCH_TPU_DEFER_AND_FUSE");
   if (!fuse.empty() && fuse != "0") mode_ = ExecutionMode::Fused;
   const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");
@@ -131,7 +138,13 @@ const pjrt::Device& Runtime::device(int index) const {
 std::vector<pjrt::BufferPtr> Runtime::run(const std::string& program,
                                           const std::vector<pjrt::c::PJRT_Buffer*>& args,
                                           int device_index) {
-  pjrt::ExecutablePtr exe = cache_->get_or_compile(program, compile_options_);
+  return run(program, [&] { return program; }, args, device_index);
+}
+
+std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::function<std::string()>& program,
+                                          const std::vector<pjrt::c::PJRT_Buffer*>& args,
+                                          int device_index) {
+  pjrt::ExecutablePtr exe = cache_->get_or_compile(key, program, compile_options_);
   const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
   ++executions_;
   std::unique_ptr<pjrt::Event> done;

@@ -54,6 +54,9 @@ class Runtime {
   // Compile (or find) `program` and run it on device `index`.
   std::vector<pjrt::BufferPtr> run(const std::string& program,
                                    const std::vector<pjrt::c::PJRT_Buffer*>& args, int device);
+  // The same for a program known by `key` (see ExecutableCache).
+  std::vector<pjrt::BufferPtr> run(const std::string& key, const std::function<std::string()>& program,
+                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device);
 
   // A rank-0 device buffer holding `bits` (the value's bytes, little endian)
   // of `dtype`; cached, so a scalar used every step is uploaded once.

@@ -54,7 +54,11 @@ def assert_same(tpu_result, cpu_result, **tol):
 def run_python(code, env=None, timeout=600):
     """Run `code` in a fresh interpreter (for process-wide settings)."""
     full_env = dict(os.environ)
-    full_env.update(env or {})
+    for k, v in (env or {}).items():  # None removes a variable
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=timeout)
 

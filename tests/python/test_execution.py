@@ -93,3 +93,16 @@ print('ok')
 """
     r = run_python(code, env={"TORCH_TPU_CPU_DEVICES": "2"})
     assert r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_debug_mode_raises_at_the_op_naming_it_and_its_inputs():
+    x = torch.arange(5.0, device="tpu")
+    bad = torch.tensor([1, 7], device="tpu")
+    with torch_tpu.execution_mode("debug"):
+        with pytest.raises(IndexError, match=r"\(aten::index\.Tensor\) \[inputs: Float\[5\], Long\[2\]\]"):
+            x[bad]  # raised by this line, not at a later read
+    with torch_tpu.execution_mode("strict"):
+        y = x[bad]  # asynchronous: nothing yet
+        with pytest.raises(IndexError, match="detected asynchronously.*TORCH_TPU_LAUNCH_BLOCKING"):
+            y.cpu()
+    assert (x + 1).cpu().tolist() == [1, 2, 3, 4, 5]  # the device is usable afterwards

@@ -1,0 +1,112 @@
+"""The compilation cache: bounded in memory, persistent on disk, safe with
+several processes writing at once, and tolerant of damaged entries."""
+
+import os
+import subprocess
+import sys
+
+import torch
+
+import torch_tpu
+from conftest import run_python
+
+# A small program with a few distinct compiled steps; prints its result and
+# the cache statistics as one line of JSON.
+PROGRAM = """
+import json, torch, torch_tpu
+x = torch.arange(12.0, device='tpu').reshape(3, 4)
+y = ((x.t() @ x).sum(0) * 0.5 - 1).exp().log()
+s = torch_tpu.cache_stats()
+print(json.dumps({"y": y.cpu().tolist(), "misses": s["misses"], "disk_hits": s["disk_hits"],
+                  "entries": s["entries"], "evictions": s["evictions"], "dir": s["dir"]}))
+"""
+EXPECTED = (((torch.arange(12.0).reshape(3, 4).t() @ torch.arange(12.0).reshape(3, 4)).sum(0) * 0.5 - 1)
+            .exp().log().tolist())
+
+
+def _run(env, code=PROGRAM):
+    import json
+
+    r = run_python(code, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _check(out):
+    torch.testing.assert_close(torch.tensor(out["y"]), torch.tensor(EXPECTED))
+
+
+def test_default_directory_is_the_users_cache(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path), "TORCH_TPU_CACHE_DIR": None}
+    out = _run(env)
+    _check(out)
+    assert out["dir"] == str(tmp_path / "torch_tpu" / "executables")
+    assert any(p.suffix == ".xla" for p in (tmp_path / "torch_tpu" / "executables").iterdir())
+    off = _run({"XDG_CACHE_HOME": str(tmp_path), "TORCH_TPU_CACHE_DIR": "0"})
+    assert off["dir"] == "" and off["disk_hits"] == 0
+
+
+def test_memory_cache_is_bounded_least_recently_used_out(tmp_path):
+    out = _run({"TORCH_TPU_CACHE_DIR": "0", "TORCH_TPU_CACHE_MAX_ENTRIES": "2"})
+    _check(out)
+    assert out["entries"] == 2
+    assert out["evictions"] == out["misses"] - 2 > 0
+
+
+def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
+    first = _run(env)
+    files = sorted(p for p in tmp_path.iterdir() if p.suffix == ".xla")
+    assert len(files) == first["misses"] > 0
+    # Damage every entry a different way.
+    for i, p in enumerate(files):
+        data = p.read_bytes()
+        if i % 4 == 0:
+            p.write_bytes(data[: len(data) // 2])  # truncated
+        elif i % 4 == 1:
+            p.write_bytes(data[:-100] + bytes(100))  # payload bytes changed
+        elif i % 4 == 2:
+            p.write_bytes(b"garbage" * 10)  # not ours
+        else:
+            p.write_bytes(b"")  # empty
+    second = _run(env)
+    _check(second)
+    assert second["disk_hits"] == 0 and second["misses"] == first["misses"]
+    # The recompiled entries replaced the damaged ones.
+    third = _run(env)
+    _check(third)
+    assert third["misses"] == 0 and third["disk_hits"] == first["misses"]
+
+
+def test_concurrent_processes_share_one_directory(tmp_path):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    import json
+
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        _check(json.loads(out.strip().splitlines()[-1]))
+    assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]  # no leftovers
+    after = _run({"TORCH_TPU_CACHE_DIR": str(tmp_path)})
+    assert after["misses"] == 0 and after["disk_hits"] > 0
+
+
+def test_clear_cache_in_memory_and_on_disk(tmp_path):
+    code = PROGRAM + """
+import torch_tpu, json
+removed = torch_tpu.clear_cache(disk=True)
+s = torch.tpu.cache_stats()
+print(json.dumps({"y": [], "misses": s["misses"], "disk_hits": removed, "entries": s["entries"],
+                  "evictions": 0, "dir": s["dir"]}))
+"""
+    out = _run({"TORCH_TPU_CACHE_DIR": str(tmp_path)}, code)
+    assert out["entries"] == 0 and out["misses"] == 0 and out["disk_hits"] > 0
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".xla"]
+
+
+def test_cache_statistics_from_torch_tpu_module():
+    s = torch.tpu.cache_stats()
+    assert set(s) >= {"hits", "misses", "disk_hits", "entries", "evictions", "compile_seconds", "dir"}
+    assert s == torch_tpu.cache_stats() or s["hits"] <= torch_tpu.cache_stats()["hits"]
