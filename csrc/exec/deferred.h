@@ -104,7 +104,7 @@ class DeferredGraph {
   std::unordered_map<const pjrt::Buffer*, int> param_index_;
   std::vector<Call> calls_;
   std::vector<std::string> function_order_;
-  std::unordered_map<std::string, std::string> functions_;
+  std::unordered_map<std::string, std::shared_ptr<const std::string>> functions_;
   std::vector<std::weak_ptr<DeferredValue>> produced_;
   std::vector<std::pair<DeferredPtr, std::string>> checks_;
 };
