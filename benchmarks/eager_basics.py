@@ -16,15 +16,7 @@ import time
 import torch
 
 import torch_tpu
-
-
-def median_seconds(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from _timing import median_seconds
 
 
 def small_op(device, n, sync_each):

@@ -17,27 +17,16 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torch_tpu
+from _timing import median_seconds
 from torch_tpu.testing.models import GPT, MLP, GPTConfig
-
-
-def median(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def chain(x):
@@ -117,8 +106,8 @@ def main():
     times = {}
     for mode in ("strict", "fused"):
         with torch_tpu.execution_mode(mode):
-            times[mode] = median(lambda: chain(xt).sum().item(), args.repeats)
-    times["cpu"] = median(lambda: chain(x).sum().item(), args.repeats)
+            times[mode] = median_seconds(lambda: chain(xt).sum().item(), args.repeats)
+    times["cpu"] = median_seconds(lambda: chain(x).sum().item(), args.repeats)
     print(f"\n150 elementwise ops, 2000x2000 f32: strict {times['strict'] * 1e3:.1f} ms, fused "
           f"{times['fused'] * 1e3:.1f} ms (fused {times['strict'] / times['fused']:.2f}x faster), CPU torch "
           f"{times['cpu'] * 1e3:.1f} ms")
@@ -129,8 +118,8 @@ def main():
         t = {}
         for mode in ("strict", "fused"):
             with torch_tpu.execution_mode(mode):
-                t[mode] = median(step_fn(model, xb, yb, "tpu"), args.repeats) / 5
-        t["cpu"] = median(step_fn(model, xb, yb, "cpu"), args.repeats) / 5
+                t[mode] = median_seconds(step_fn(model, xb, yb, "tpu"), args.repeats) / 5
+        t["cpu"] = median_seconds(step_fn(model, xb, yb, "cpu"), args.repeats) / 5
         print(f"{name:30s} {t['strict'] * 1e3:10.2f} {t['fused'] * 1e3:10.2f} {t['cpu'] * 1e3:8.2f} "
               f"{t['strict'] / t['fused']:13.2f}")
 
@@ -144,8 +133,8 @@ def main():
             torch.tpu.synchronize()
 
     with torch_tpu.execution_mode("strict"):
-        per_op = median(lambda: ops(a), args.repeats) / 1000
-    per_op_cpu = median(lambda: ops(ac), args.repeats) / 1000
+        per_op = median_seconds(lambda: ops(a), args.repeats) / 1000
+    per_op_cpu = median_seconds(lambda: ops(ac), args.repeats) / 1000
     print(f"\nstrict eager per-op overhead (x + 1, 16x16, cache hit): {per_op * 1e6:.1f} us vs CPU torch "
           f"{per_op_cpu * 1e6:.1f} us ({per_op / per_op_cpu:.1f}x)")
 

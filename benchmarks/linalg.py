@@ -9,22 +9,11 @@ so the ratio shows what the portable formulation costs against LAPACK.
 """
 
 import argparse
-import statistics
-import time
 
 import torch
 
 import torch_tpu  # noqa: F401
-
-
-def median_seconds(fn, repeats):
-    fn()  # compile / warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from _timing import median_seconds
 
 
 def timed(op, device, *xs):

@@ -287,6 +287,15 @@ std::vector<at::Tensor> EagerProgram::defer() {
   std::vector<exec::DeferredPtr> outs =
       graph.record(name, [&] { return b_.function(name, all_outputs_); }, args_, types);
   args_.clear();  // the graph holds what it needs
+  return deliver(
+      outs, [&](const exec::DeferredPtr& d, const Type& t) { return tensor_from_deferred(d, to_aten(t.dtype), device_); },
+      [](Slot& s, const exec::DeferredPtr& d) { s.tpu->set_deferred(d); },
+      [&](const exec::DeferredPtr& d, const std::string& message) { graph.add_check(d, message); });
+}
+
+template <typename Out, typename MakeTensor, typename Store, typename Check>
+std::vector<at::Tensor> EagerProgram::deliver(const std::vector<Out>& outs, MakeTensor make_tensor, Store store,
+                                              Check check) {
   std::vector<at::Tensor> results;
   results.reserve(outputs_.size());
   size_t next = 0;
@@ -295,13 +304,13 @@ std::vector<at::Tensor> EagerProgram::defer() {
       results.emplace_back();
       continue;
     }
-    results.push_back(tensor_from_deferred(outs[next++], to_aten(b_.dtype(v)), device_));
+    results.push_back(make_tensor(outs[next++], b_.type(v)));
   }
-  for (size_t k = 0; k < written_.size(); ++k) slots_[written_[k]].tpu->set_deferred(outs[next + k]);
+  for (size_t k = 0; k < written_.size(); ++k) store(slots_[written_[k]], outs[next + k]);
   next += written_.size();
   for (size_t k = 0; k < checks_.size(); ++k) {
     try {
-      graph.add_check(outs[next + k], checks_[k].second);
+      check(outs[next + k], checks_[k].second);
     } catch (const exec::CheckFailure& e) {
       TORCH_CHECK_INDEX(false, e.what());
     }
@@ -313,31 +322,10 @@ std::vector<at::Tensor> EagerProgram::run() {
   if (fused()) return defer();
   std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args();
   std::vector<pjrt::BufferPtr> outs = exec::Runtime::get().run(text_, raw, device_);
-  std::vector<at::Tensor> results;
-  results.reserve(outputs_.size());
-  size_t next = 0;
-  for (Value v : outputs_) {
-    if (!v.valid()) {
-      results.emplace_back();
-      continue;
-    }
-    const Type& t = b_.type(v);
-    results.push_back(tensor_from_buffer(outs[next++], t, to_aten(t.dtype), device_));
-  }
-  for (size_t k = 0; k < written_.size(); ++k) {
-    Slot& s = slots_[written_[k]];
-    Value out = s.full.valid() ? s.full : s.flat;
-    s.tpu->set_value(outs[next + k], b_.type(out));
-  }
-  next += written_.size();
-  for (size_t k = 0; k < checks_.size(); ++k) {
-    try {
-      exec::Runtime::get().add_check(device_, outs[next + k], checks_[k].second);
-    } catch (const exec::CheckFailure& e) {
-      TORCH_CHECK_INDEX(false, e.what());
-    }
-  }
-  return results;
+  return deliver(
+      outs, [&](const pjrt::BufferPtr& b, const Type& t) { return tensor_from_buffer(b, t, to_aten(t.dtype), device_); },
+      [&](Slot& s, const pjrt::BufferPtr& b) { s.tpu->set_value(b, b_.type(s.full.valid() ? s.full : s.flat)); },
+      [&](const pjrt::BufferPtr& b, const std::string& message) { exec::Runtime::get().add_check(device_, b, message); });
 }
 
 }  // namespace tpu

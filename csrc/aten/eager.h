@@ -63,6 +63,10 @@ class EagerProgram {
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
   std::vector<pjrt::c::PJRT_Buffer*> raw_args();
   std::vector<at::Tensor> defer();
+  // Hands the program's outputs, in text()'s order (results, written
+  // storages, checks), to new tensors, the storages and the checks.
+  template <typename Out, typename MakeTensor, typename Store, typename Check>
+  std::vector<at::Tensor> deliver(const std::vector<Out>& outs, MakeTensor make_tensor, Store store, Check check);
   bool fused() const;
 
   int device_;
