@@ -35,7 +35,7 @@ def test_ops_are_deferred_until_a_value_is_read():
     assert flushes() == before and torch_tpu.counters()["executions"] == runs
     got = z.cpu()  # one program for the four ops
     assert flushes() == before + 1 and torch_tpu.counters()["executions"] == runs + 1
-    torch.testing.assert_close(got, (x.cpu() * 2 + 1).exp().sum(0), rtol=0, atol=0)
+    torch.testing.assert_close(got, (x.cpu() * 2 + 1).exp().sum(0))  # (exp may differ from the CPU in the last bit)
 
 
 @pytest.mark.parametrize("trigger", ["item", "cpu", "print", "synchronize", "tolist", "nonzero", "mode_switch",
