@@ -120,7 +120,7 @@ def main() -> None:
     prompt = val_data[:args.block].unsqueeze(0).to(device)
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
-    out = sampler.generate(prompt, args.sample, temperature=0.8, top_k=10)
+    out = sampler.generate(prompt, args.sample, temperature=0.5, top_k=5)
     print(f"--- {args.sample} characters sampled in {time.perf_counter() - t0:.1f}s " + "-" * 30)
     print("".join(chars[i] for i in out[0].tolist()))
     print("-" * 71)
