@@ -14,6 +14,8 @@
 // few passes over the matrix. Eigenvectors and singular vectors are unique
 // up to sign only; LAPACK's signs are arbitrary too.
 #include <cmath>
+#include <functional>
+#include <tuple>
 
 #include "csrc/lowering/common.h"
 
@@ -737,6 +739,34 @@ std::pair<Value, Value> sweep_progress(Builder& b, Value skip, Value slot, int64
 double jacobi_tolerance(DType dt) { return dt == DType::F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
 constexpr int64_t kMaxSweeps = 40;
 
+// One Jacobi rotation of the pair (p, q) applied to the state (M, V) under
+// `threshold`; returns the new M and V and where (per batch) it was skipped.
+using JacobiRotate = std::function<std::tuple<Value, Value, Value>(Builder&, Value M, Value V, Value p, Value q,
+                                                                   Value threshold)>;
+
+// Cyclic Jacobi sweeps over the column pairs of n columns, one pair per loop
+// step, until a sweep rotates nothing (or kMaxSweeps sweeps). Returns (M, V).
+std::pair<Value, Value> cyclic_jacobi(Builder& b, int64_t n, Value M, Value V, Value threshold,
+                                      const JacobiRotate& rotate) {
+  if (n < 2) return {M, V};
+  auto [ptab, qtab] = pair_tables(b, n);
+  const int64_t np = n * (n - 1) / 2;
+  auto out = b.while_loop(
+      {b.constant_int(0, DType::I64), M, V, b.constant_bool(false), b.constant_bool(false), threshold, ptab, qtab},
+      [=](Builder& rb, const std::vector<Value>& v) {
+        Value more = rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxSweeps * np, DType::I64));
+        return std::vector<Value>{rb.and_(more, rb.not_(v[4]))};
+      },
+      [=](Builder& rb, const std::vector<Value>& v) {
+        Value slot = rb.rem(v[0], rb.constant_int(np, DType::I64));
+        Value p = table_at(rb, v[6], slot), q = table_at(rb, v[7], slot);
+        auto [M2, V2, skip] = rotate(rb, v[1], v[2], p, q, v[5]);
+        auto [any_rot, done] = sweep_progress(rb, skip, slot, np, v[3]);
+        return std::vector<Value>{rb.add(v[0], rb.constant_int(1, DType::I64)), M2, V2, any_rot, done, v[5], v[6], v[7]};
+      });
+  return {out[1], out[2]};
+}
+
 // The eigendecomposition of symmetric A [B..., n, n]: (w ascending, V).
 std::pair<Value, Value> jacobi_eigh(Builder& b, Value a) {
   const Dims d = b.dims(a);
@@ -745,48 +775,31 @@ std::pair<Value, Value> jacobi_eigh(Builder& b, Value a) {
   const Dims batch = batch_of(d);
   const DType dt = b.dtype(a);
   Value V = eye(b, dt, batch, n, n);
-  if (n >= 2) {
-    auto [ptab, qtab] = pair_tables(b, n);
-    const int64_t np = n * (n - 1) / 2;
-    // A rotation is due where |a_pq| exceeds eps ||A||_F (rounding noise
-    // stays below); the loop ends after a sweep without one.
-    Value thr = b.mul(frobenius(b, a), b.full(jacobi_tolerance(dt), dt, batch));
-    auto out = b.while_loop(
-        {b.constant_int(0, DType::I64), a, V, b.constant_bool(false), b.constant_bool(false), thr, ptab, qtab},
-        [=](Builder& rb, const std::vector<Value>& v) {
-          Value more = rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxSweeps * np, DType::I64));
-          return std::vector<Value>{rb.and_(more, rb.not_(v[4]))};
-        },
-        [=](Builder& rb, const std::vector<Value>& v) {
-          Value t = v[0], A = v[1];
-          Value slot = rb.rem(t, rb.constant_int(np, DType::I64));
-          Value p = table_at(rb, v[6], slot), q = table_at(rb, v[7], slot);
-          Value rp = take_row(rb, A, p), rq = take_row(rb, A, q);
-          Value app = take_elem(rb, rp, p), apq = take_elem(rb, rp, q), aqq = take_elem(rb, rq, q);
-          Value skip = rb.not_(rb.compare(Cmp::GT, rb.abs(apq), v[5]));
-          auto [cs, sn] = jacobi_rotation(rb, app, aqq, apq, skip);
-          // A <- J^T A J, then the exact 2x2 block.
-          A = rotate_cols(rb, A, p, q, cs, sn);
-          A = mT(rb, rotate_cols(rb, mT(rb, A), p, q, cs, sn));
-          Value tt = rb.select(skip, rb.zeros(Type{dt, batch}), rb.div(sn, cs));
-          const Type it{DType::I64, d};
-          Value rows = rb.iota(it, r - 2), cols = rb.iota(it, r - 1);
-          Value pd = rb.broadcast_in_dim(p, d, {}), qd = rb.broadcast_in_dim(q, d, {});
-          Value is_pq = rb.or_(rb.and_(rb.compare(Cmp::EQ, rows, pd), rb.compare(Cmp::EQ, cols, qd)),
-                               rb.and_(rb.compare(Cmp::EQ, rows, qd), rb.compare(Cmp::EQ, cols, pd)));
-          Value rotated = per_batch(rb, rb.not_(skip), d);
-          A = rb.select(rb.and_(is_pq, rotated), rb.zeros(Type{dt, d}), A);
-          Value is_pp = rb.and_(rb.compare(Cmp::EQ, rows, pd), rb.compare(Cmp::EQ, cols, pd));
-          Value is_qq = rb.and_(rb.compare(Cmp::EQ, rows, qd), rb.compare(Cmp::EQ, cols, qd));
-          A = rb.select(rb.and_(is_pp, rotated), per_batch(rb, rb.sub(app, rb.mul(tt, apq)), d),
-                        rb.select(rb.and_(is_qq, rotated), per_batch(rb, rb.add(aqq, rb.mul(tt, apq)), d), A));
-          Value W = rotate_cols(rb, v[2], p, q, cs, sn);
-          auto [any_rot, done] = sweep_progress(rb, skip, slot, np, v[3]);
-          return std::vector<Value>{rb.add(t, rb.constant_int(1, DType::I64)), A, W, any_rot, done, v[5], v[6], v[7]};
-        });
-    a = out[1];
-    V = out[2];
-  }
+  // A rotation is due where |a_pq| exceeds eps ||A||_F (rounding noise
+  // stays below); the loop ends after a sweep without one.
+  Value thr = b.mul(frobenius(b, a), b.full(jacobi_tolerance(dt), dt, batch));
+  std::tie(a, V) = cyclic_jacobi(b, n, a, V, thr, [=](Builder& rb, Value A, Value Vs, Value p, Value q, Value th) {
+    Value rp = take_row(rb, A, p), rq = take_row(rb, A, q);
+    Value app = take_elem(rb, rp, p), apq = take_elem(rb, rp, q), aqq = take_elem(rb, rq, q);
+    Value skip = rb.not_(rb.compare(Cmp::GT, rb.abs(apq), th));
+    auto [cs, sn] = jacobi_rotation(rb, app, aqq, apq, skip);
+    // A <- J^T A J, then the exact 2x2 block.
+    A = rotate_cols(rb, A, p, q, cs, sn);
+    A = mT(rb, rotate_cols(rb, mT(rb, A), p, q, cs, sn));
+    Value tt = rb.select(skip, rb.zeros(Type{dt, batch}), rb.div(sn, cs));
+    const Type it{DType::I64, d};
+    Value rows = rb.iota(it, r - 2), cols = rb.iota(it, r - 1);
+    Value pd = rb.broadcast_in_dim(p, d, {}), qd = rb.broadcast_in_dim(q, d, {});
+    Value is_pq = rb.or_(rb.and_(rb.compare(Cmp::EQ, rows, pd), rb.compare(Cmp::EQ, cols, qd)),
+                         rb.and_(rb.compare(Cmp::EQ, rows, qd), rb.compare(Cmp::EQ, cols, pd)));
+    Value rotated = per_batch(rb, rb.not_(skip), d);
+    A = rb.select(rb.and_(is_pq, rotated), rb.zeros(Type{dt, d}), A);
+    Value is_pp = rb.and_(rb.compare(Cmp::EQ, rows, pd), rb.compare(Cmp::EQ, cols, pd));
+    Value is_qq = rb.and_(rb.compare(Cmp::EQ, rows, qd), rb.compare(Cmp::EQ, cols, qd));
+    A = rb.select(rb.and_(is_pp, rotated), per_batch(rb, rb.sub(app, rb.mul(tt, apq)), d),
+                  rb.select(rb.and_(is_qq, rotated), per_batch(rb, rb.add(aqq, rb.mul(tt, apq)), d), A));
+    return std::make_tuple(A, rotate_cols(rb, Vs, p, q, cs, sn), skip);
+  });
   // Ascending eigenvalues; the eigenvectors follow.
   Value w = diagonal(b, a);
   const int64_t last = r - 2;
@@ -827,39 +840,21 @@ std::vector<Value> jacobi_svd_tall(Builder& b, Value a) {
   const Dims batch = batch_of(d), nd = cat(batch, {n});
   const DType dt = b.dtype(a);
   Value W = a, V = eye(b, dt, batch, n, n);
-  if (n >= 2) {
-    auto [ptab, qtab] = pair_tables(b, n);
-    const int64_t np = n * (n - 1) / 2;
-    const double eps = jacobi_tolerance(dt) * std::sqrt(static_cast<double>(std::max<int64_t>(m, 1)));
-    // Columns below eps ||A||_F are rounding noise: never rotated.
-    Value tiny = b.mul(frobenius(b, a), b.full(jacobi_tolerance(dt), dt, batch));
-    tiny = b.mul(tiny, tiny);
-    auto out = b.while_loop(
-        {b.constant_int(0, DType::I64), W, V, b.constant_bool(false), b.constant_bool(false), tiny, ptab, qtab},
-        [=](Builder& rb, const std::vector<Value>& v) {
-          Value more = rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxSweeps * np, DType::I64));
-          return std::vector<Value>{rb.and_(more, rb.not_(v[4]))};
-        },
-        [=](Builder& rb, const std::vector<Value>& v) {
-          Value t = v[0];
-          Value slot = rb.rem(t, rb.constant_int(np, DType::I64));
-          Value p = table_at(rb, v[6], slot), q = table_at(rb, v[7], slot);
-          Value wp = take_col(rb, v[1], p), wq = take_col(rb, v[1], q);
-          Value alpha = sum_dim(rb, rb.mul(wp, wp), r - 2), beta = sum_dim(rb, rb.mul(wq, wq), r - 2);
-          Value gamma = sum_dim(rb, rb.mul(wp, wq), r - 2);
-          Value norms = rb.unary("stablehlo.sqrt", rb.mul(alpha, beta));
-          // Rotate where the columns' cosine exceeds eps (and neither is noise).
-          Value skip = rb.or_(rb.not_(rb.compare(Cmp::GT, rb.abs(gamma), rb.mul(rb.full(eps, dt, batch), norms))),
-                              rb.compare(Cmp::LE, rb.min(alpha, beta), v[5]));
-          auto [cs, sn] = jacobi_rotation(rb, alpha, beta, gamma, skip);
-          Value W2 = rotate_cols(rb, v[1], p, q, cs, sn);
-          Value V2 = rotate_cols(rb, v[2], p, q, cs, sn);
-          auto [any_rot, done] = sweep_progress(rb, skip, slot, np, v[3]);
-          return std::vector<Value>{rb.add(t, rb.constant_int(1, DType::I64)), W2, V2, any_rot, done, v[5], v[6], v[7]};
-        });
-    W = out[1];
-    V = out[2];
-  }
+  const double eps = jacobi_tolerance(dt) * std::sqrt(static_cast<double>(std::max<int64_t>(m, 1)));
+  // Columns below eps ||A||_F are rounding noise: never rotated.
+  Value tiny = b.mul(frobenius(b, a), b.full(jacobi_tolerance(dt), dt, batch));
+  tiny = b.mul(tiny, tiny);
+  std::tie(W, V) = cyclic_jacobi(b, n, W, V, tiny, [=](Builder& rb, Value Ws, Value Vs, Value p, Value q, Value th) {
+    Value wp = take_col(rb, Ws, p), wq = take_col(rb, Ws, q);
+    Value alpha = sum_dim(rb, rb.mul(wp, wp), r - 2), beta = sum_dim(rb, rb.mul(wq, wq), r - 2);
+    Value gamma = sum_dim(rb, rb.mul(wp, wq), r - 2);
+    Value norms = rb.unary("stablehlo.sqrt", rb.mul(alpha, beta));
+    // Rotate where the columns' cosine exceeds eps (and neither is noise).
+    Value skip = rb.or_(rb.not_(rb.compare(Cmp::GT, rb.abs(gamma), rb.mul(rb.full(eps, dt, batch), norms))),
+                        rb.compare(Cmp::LE, rb.min(alpha, beta), th));
+    auto [cs, sn] = jacobi_rotation(rb, alpha, beta, gamma, skip);
+    return std::make_tuple(rotate_cols(rb, Ws, p, q, cs, sn), rotate_cols(rb, Vs, p, q, cs, sn), skip);
+  });
   Value S = b.unary("stablehlo.sqrt", sum_dim(b, b.mul(W, W), r - 2));
   // Columns at the noise level stand for zero singular values.
   Value noise = b.mul(frobenius(b, a), b.full(jacobi_tolerance(dt), dt, batch));
