@@ -269,8 +269,14 @@ const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
   }
   for (const auto& [ok, message] : checks_) all.push_back(ok);
   text_ = b_.module(all);
+  text_hash_.reset();
   all_outputs_ = std::move(all);
   return text_;
+}
+
+uint64_t EagerProgram::fingerprint() {
+  if (!text_hash_) text_hash_ = exec::fingerprint64(text_);
+  return *text_hash_;
 }
 
 std::vector<at::Tensor> EagerProgram::defer() {
@@ -278,7 +284,7 @@ std::vector<at::Tensor> EagerProgram::defer() {
   std::string name = "op_";
   {
     char buf[17];
-    snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(exec::fingerprint64(text_)));
+    snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(fingerprint()));
     name += buf;
   }
   std::vector<Type> types;

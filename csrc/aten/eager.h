@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "csrc/aten/storage.h"
@@ -41,6 +42,8 @@ class EagerProgram {
 
   // The program's text for `outputs` (plus the storages written by assign).
   const std::string& text(const std::vector<hlo::Value>& outputs);
+  // exec::fingerprint64 of that text (computed once, when first asked).
+  uint64_t fingerprint();
   // Compile (cached) and run; returns the outputs as new contiguous tensors
   // and swaps the written storages' values. `text` must have been called.
   // In fused eager the program is recorded instead (see exec/deferred.h).
@@ -78,6 +81,7 @@ class EagerProgram {
   std::vector<size_t> written_;  // indices into slots_, in output order
   std::vector<std::pair<hlo::Value, std::string>> checks_;
   std::string text_;
+  std::optional<uint64_t> text_hash_;
 };
 
 // Bytes <-> elements reinterpretation of a rank-1 value (x.view(dtype)).

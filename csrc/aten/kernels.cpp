@@ -285,9 +285,8 @@ std::unordered_set<uint64_t> g_validated;
 // arguments and that our results have PyTorch's shapes and dtypes. A lowering
 // bug becomes an error here instead of a wrong answer.
 void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
-                   const Entry& e, const std::string& text, hlo::Builder& b,
-                   const std::vector<Value>& outputs) {
-  const uint64_t key = exec::fingerprint64(text) * 31 + std::hash<std::string>()(c10::toString(op.operator_name()));
+                   const Entry& e, uint64_t program, hlo::Builder& b, const std::vector<Value>& outputs) {
+  const uint64_t key = program * 31 + std::hash<c10::OperatorName>()(op.operator_name());
   {
     std::lock_guard<std::mutex> lock(g_validated_mu);
     if (g_validated.count(key)) return;
@@ -443,8 +442,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
   }
-  const std::string& text = p.text(outputs);
-  if (!a.data_dependent()) validate_once(op, args, e, text, p.builder(), outputs);
+  p.text(outputs);
+  if (!a.data_dependent()) validate_once(op, args, e, p.fingerprint(), p.builder(), outputs);
   std::vector<at::Tensor> tensors = p.run();
 
   torch::jit::drop(*stack, n);
