@@ -31,6 +31,7 @@ __all__ = [
     "plugin_info",
     "set_cpu_fallback",
     "set_execution_mode",
+    "set_op_memo",
 ]
 
 
@@ -62,6 +63,7 @@ _ops._configure(
     _PLUGIN.path,
     int(os.environ.get("TORCH_TPU_CPU_DEVICES", "1")),
     _plugin.default_cache_dir(),
+    _plugin.session_name(),
 )
 
 from . import _kernels  # noqa: E402
@@ -99,9 +101,13 @@ def cache_stats() -> dict[str, float]:
     """Statistics of the executable cache shared by all execution modes:
     hits (found in memory), misses (compiled), disk_hits (loaded from the
     persistent cache), entries (in memory), evictions (dropped from memory by
-    its size bound), compile_seconds (spent compiling), and the cache
-    directory (empty when the persistent cache is off)."""
-    hits, misses, disk_hits, entries, seconds, evictions = (float(v) for v in _ops.cache_stats())
+    its size bound), compile_seconds (spent compiling), load_seconds (spent
+    loading from disk), preloaded (loaded from disk ahead of use: a process
+    that starts like an earlier one loads that one's programs in the
+    background), and the cache directory (empty when the persistent cache is
+    off)."""
+    hits, misses, disk_hits, entries, seconds, evictions, load, preloaded = (
+        float(v) for v in _ops.cache_stats())
     return {
         "hits": int(hits),
         "misses": int(misses),
@@ -109,15 +115,32 @@ def cache_stats() -> dict[str, float]:
         "entries": int(entries),
         "evictions": int(evictions),
         "compile_seconds": seconds,
+        "load_seconds": load,
+        "preloaded": int(preloaded),
         "dir": str(_ops.cache_dir()),
     }
 
 
 def counters() -> dict[str, int]:
-    """Process-wide counts: programs executed on the device, and reads from
-    the device to the host (``.item()``, ``.cpu()``, printing, data-dependent
-    shapes), each of which waits for the device to finish."""
-    return {"executions": int(_ops.executions()), "host_reads": int(_ops.host_reads())}
+    """Process-wide counts: programs executed on the device; reads from the
+    device to the host (``.item()``, ``.cpu()``, printing, data-dependent
+    shapes), each of which waits for the device to finish; op programs built
+    by running a lowering, and op calls that reused a program built before
+    for the same signature (shapes, dtypes, layouts; see ``set_op_memo``)."""
+    built, reused, _ = (int(v) for v in _ops.op_memo_counts())
+    return {
+        "executions": int(_ops.executions()),
+        "host_reads": int(_ops.host_reads()),
+        "programs_built": built,
+        "programs_reused": reused,
+    }
+
+
+def set_op_memo(enabled: bool) -> None:
+    """Reuse each op's program for later calls with the same signature (on by
+    default; ``TORCH_TPU_OP_MEMO=0`` turns it off). Off, every op call runs
+    its lowering again: slower, for debugging only."""
+    _ops.set_op_memo(bool(enabled))
 
 
 def clear_cache(disk: bool = False) -> int:

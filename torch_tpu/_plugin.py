@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 
 
@@ -90,3 +91,15 @@ def default_cache_dir() -> str:
         return "" if explicit.strip().lower() in ("", "0", "off", "none") else explicit
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "torch_tpu", "executables")
+
+
+def session_name() -> str:
+    """Names this workload for warm starts: the command line and working
+    directory. A rerun of the same command loads, in the background from the
+    moment the device starts, the compiled programs the last run used
+    (TORCH_TPU_SESSION overrides the name; "0" turns preloading off)."""
+    explicit = os.environ.get("TORCH_TPU_SESSION")
+    if explicit is not None:
+        return "" if explicit.strip().lower() in ("", "0", "off", "none") else explicit
+    argv = getattr(sys, "orig_argv", None) or sys.argv
+    return "\0".join([os.getcwd(), *argv])

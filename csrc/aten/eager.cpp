@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "csrc/aten/generator.h"
+#include "csrc/aten/op_memo.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
 
@@ -57,6 +59,21 @@ Value from_bytes(hlo::Builder& b, Value bytes, DType to) {
   return b.bitcast_convert(b.reshape(bytes, {n, w}), to);
 }
 
+
+}  // namespace
+
+Value reinterpret_flat(hlo::Builder& b, Value flat, DType to) {
+  const DType from = b.dtype(flat);
+  if (from == to) return flat;
+  if (hlo::is_complex(from) && to == hlo::real_type(from)) return complex_to_pairs(b, flat);
+  if (hlo::is_complex(to) && from == hlo::real_type(to)) return pairs_to_complex(b, flat);
+  if (hlo::byte_width(from) == hlo::byte_width(to) && from != DType::Pred && to != DType::Pred &&
+      !hlo::is_complex(from) && !hlo::is_complex(to)) {
+    return b.bitcast_convert(flat, to);
+  }
+  return from_bytes(b, to_bytes(b, flat), to);
+}
+
 uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
   uint64_t bits = 0;
   auto put = [&](auto v) { std::memcpy(&bits, &v, sizeof(v)); };
@@ -88,18 +105,182 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
   return bits;
 }
 
+c10::Scalar number_of(const c10::IValue& v) { return v.isTensor() ? v.toTensor().item() : v.toScalar(); }
+
+TpuStorage::Value operand_value(TpuStorage& s, int device) {
+  TpuStorage::Value v = s.raw_value();
+  if (v.deferred) {
+    auto& rt = exec::Runtime::get();
+    const bool stays = rt.mode() == exec::ExecutionMode::Fused && v.deferred->pending_in(&rt.graph(device));
+    if (!stays) v = s.value();  // runs the graph it waits in
+  }
+  return v;
+}
+
+namespace {
+
+exec::ProgramArg scalar_operand(DType dtype, uint64_t bits, int device) {
+  return {exec::Runtime::get().scalar_buffer(dtype, bits, device), nullptr, Type{dtype, {}}};
+}
+
+exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device) {
+  at::Generator g = gen.has_value() && gen->defined() ? *gen
+                                                      : default_generator(static_cast<c10::DeviceIndex>(device));
+  std::pair<uint64_t, uint64_t> key;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    key = at::check_generator<TpuGenerator>(g)->next_key();
+  }
+  uint64_t words[2] = {key.first, key.second};
+  const auto& rt = exec::Runtime::get();
+  const Type type{DType::U64, {2}};
+  return {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device)), nullptr, type};
+}
+
+std::vector<pjrt::c::PJRT_Buffer*> raw_args(std::vector<exec::ProgramArg>& args) {
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  raw.reserve(args.size());
+  for (auto& a : args) {
+    if (!a.buffer) {
+      a.buffer = a.deferred->resolve();  // a value still in the fused graph: run it
+      a.deferred.reset();
+    }
+    raw.push_back(a.buffer->raw());
+  }
+  return raw;
+}
+
+// Hands a plan's outputs (in its order: results, written storages, checks)
+// to new tensors, the written storages and the checks.
+template <typename Out, typename MakeTensor, typename Store, typename Check>
+std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bound, const std::vector<Out>& outs,
+                                MakeTensor make_tensor, Store store, Check check) {
+  std::vector<at::Tensor> results;
+  results.reserve(plan.results.size());
+  size_t next = 0;
+  for (int r : plan.results) {
+    if (r < 0) {
+      results.emplace_back();
+      continue;
+    }
+    results.push_back(make_tensor(outs[r], plan.output_types[r]));
+    ++next;
+  }
+  for (size_t k = 0; k < plan.written.size(); ++k, ++next) {
+    store(*bound.written[k], outs[next], plan.output_types[next]);
+  }
+  for (size_t k = 0; k < plan.checks.size(); ++k, ++next) {
+    try {
+      check(outs[next], plan.checks[k]);
+    } catch (const exec::CheckFailure& e) {
+      TORCH_CHECK_INDEX(false, e.what());
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
-Value reinterpret_flat(hlo::Builder& b, Value flat, DType to) {
-  const DType from = b.dtype(flat);
-  if (from == to) return flat;
-  if (hlo::is_complex(from) && to == hlo::real_type(from)) return complex_to_pairs(b, flat);
-  if (hlo::is_complex(to) && from == hlo::real_type(to)) return pairs_to_complex(b, flat);
-  if (hlo::byte_width(from) == hlo::byte_width(to) && from != DType::Pred && to != DType::Pred &&
-      !hlo::is_complex(from) && !hlo::is_complex(to)) {
-    return b.bitcast_convert(flat, to);
+const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Variant& v : variants_) {
+    if (v.mask == mask) return v;
   }
-  return from_bytes(b, to_bytes(b, flat), to);
+  std::vector<std::pair<int, int>> chosen;
+  for (size_t k = 0; k < mask.size(); ++k) {
+    if (mask[k]) chosen.push_back(donations[k]);
+  }
+  Variant v;
+  v.mask = mask;
+  v.text = chosen.empty() ? text : builder->module(outputs, chosen);
+  v.key = exec::program_key(v.text);
+  variants_.push_back(std::move(v));
+  return variants_.back();
+}
+
+std::vector<at::Tensor> launch(const ProgramPlan& plan, BoundProgram& bound, int device) {
+  auto& rt = exec::Runtime::get();
+  if (rt.mode() == exec::ExecutionMode::Fused) {
+    exec::DeferredGraph& graph = rt.graph(device);
+    std::vector<exec::DeferredPtr> outs = graph.record(
+        plan.name, [&] { return plan.builder->function(plan.name, plan.outputs); }, bound.args, plan.output_types);
+    bound.args.clear();  // the graph holds what it needs
+    return deliver(
+        plan, bound, outs,
+        [&](const exec::DeferredPtr& d, const Type& t) { return tensor_from_deferred(d, to_aten(t.dtype), device); },
+        [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&) {
+          if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
+          s.set_deferred(d);
+        },
+        [&](const exec::DeferredPtr& d, const std::string& message) { graph.add_check(d, message); });
+  }
+  // Donate an old storage value when nothing else can still read it: the
+  // storage and this call are its only owners. (Fused eager donates when
+  // the whole graph runs instead.)
+  std::vector<bool> mask(plan.donations.size());
+  for (size_t k = 0; k < mask.size(); ++k) {
+    const pjrt::BufferPtr& old = bound.args[plan.donations[k].first].buffer;
+    mask[k] = old && old.use_count() <= 2;
+  }
+  const ProgramPlan::Variant& program = plan.variant(mask);
+  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(bound.args);
+  std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device);
+  return deliver(
+      plan, bound, outs,
+      [&](const pjrt::BufferPtr& b, const Type& t) { return tensor_from_buffer(b, t, to_aten(t.dtype), device); },
+      [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t) { s.set_value(b, t); },
+      [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message); });
+}
+
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {
+  BoundProgram bound;
+  bound.args.reserve(plan.params.size());
+  for (const ParamSource& src : plan.params) {
+    switch (src.kind) {
+      case ParamSource::Kind::Storage: {
+        TpuStorage::Value v = operand_value(storage_of(sig.group_tensor(src.index)), device);
+        bound.args.push_back({std::move(v.buffer), std::move(v.deferred), std::move(v.type)});
+        break;
+      }
+      case ParamSource::Kind::Arg: {
+        const c10::IValue& a = args[src.index];
+        c10::Scalar s = number_of(src.element >= 0 ? a.toListRef()[src.element] : a);
+        if (src.part >= 0) s = src.part == 0 ? s.toComplexDouble().real() : s.toComplexDouble().imag();
+        bound.args.push_back(scalar_operand(src.dtype, scalar_bits(s, src.dtype), device));
+        break;
+      }
+      case ParamSource::Kind::Constant:
+        bound.args.push_back(scalar_operand(src.dtype, src.bits, device));
+        break;
+      case ParamSource::Kind::Offset: {
+        const c10::IValue& a = args[src.index];
+        const at::Tensor& t = (src.element >= 0 ? a.toListRef()[src.element] : a).toTensor();
+        bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(t.storage_offset()), device));
+        break;
+      }
+      case ParamSource::Kind::Rng: {
+        std::optional<at::Generator> gen;
+        if (src.index >= 0) gen = args[src.index].toGenerator();
+        bound.args.push_back(rng_operand(gen, device));
+        break;
+      }
+    }
+  }
+  bound.written.reserve(plan.written.size());
+  for (int g : plan.written) bound.written.push_back(&storage_of(sig.group_tensor(g)));
+  return bound;
+}
+
+// ---- building ------------------------------------------------------------------------
+
+EagerProgram::EagerProgram(int device, const OpSignature* sig)
+    : device_(device), sig_(sig), b_(std::make_shared<hlo::Builder>()) {}
+
+Value EagerProgram::add_param(const Type& type, exec::ProgramArg arg, ParamSource source) {
+  Value v = b_->param(type);
+  args_.push_back(std::move(arg));
+  sources_.push_back(source);
+  return v;
 }
 
 EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
@@ -110,23 +291,24 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
   Slot s;
   s.storage = t.storage();
   s.tpu = &storage_of(s.storage);
-  TpuStorage::Value snapshot = s.tpu->raw_value();
-  if (snapshot.deferred && !(fused() && snapshot.deferred->pending_in(&exec::Runtime::get().graph(device_)))) {
-    snapshot = s.tpu->value();  // materialize: runs the graph it waits in
-  }
+  s.group = sig_ ? sig_->group_of(impl) : -1;
+  if (s.group < 0) replayable_ = false;
+  TpuStorage::Value snapshot = operand_value(*s.tpu, device_);
   if (snapshot.buffer || snapshot.deferred) {
     s.type = snapshot.type;
-    Value p = b_.param(s.type);
-    s.param = b_.num_params() - 1;
-    args_.push_back({std::move(snapshot.buffer), std::move(snapshot.deferred), s.type});
+    ParamSource src;
+    src.kind = ParamSource::Kind::Storage;
+    src.index = s.group;
+    s.param = static_cast<int>(args_.size());
+    Value p = add_param(s.type, {std::move(snapshot.buffer), std::move(snapshot.deferred), s.type}, src);
     s.full = p;
-    s.flat = b_.reshape(p, {s.type.numel()});
+    s.flat = b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
   } else {
     // Never written: zeros, in the dtype of the first access.
     const DType dt = to_hlo(t.scalar_type());
     const int64_t n = static_cast<int64_t>(s.tpu->nbytes()) / hlo::byte_width(dt);
-    s.flat = b_.zeros(Type{dt, {n}});
+    s.flat = b_->zeros(Type{dt, {n}});
     s.flat_dtype = dt;
   }
   slots_.push_back(std::move(s));
@@ -134,23 +316,37 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
 }
 
 Value EagerProgram::flat_as(Slot& s, DType dtype) {
-  return s.flat_dtype == dtype ? s.flat : reinterpret_flat(b_, s.flat, dtype);
+  return s.flat_dtype == dtype ? s.flat : reinterpret_flat(*b_, s.flat, dtype);
 }
 
-exec::Offset EagerProgram::offset_of(const at::Tensor& t) {
+// A nonzero storage offset is a runtime operand: x[i] for every i is one
+// program (and one plan: the signature only tells zero from nonzero).
+exec::Offset EagerProgram::offset_of(const at::Tensor& t, ArgPosition pos) {
   exec::Offset off;
   off.value = t.storage_offset();
-  if (off.value != 0) off.dynamic = scalar(c10::Scalar(off.value), DType::I64);
+  if (off.value == 0) return off;
+  ParamSource src;
+  src.dtype = DType::I64;
+  src.bits = static_cast<uint64_t>(off.value);
+  if (pos.arg >= 0) {
+    src.kind = ParamSource::Kind::Offset;
+    src.index = pos.arg;
+    src.element = pos.element;
+  } else {
+    replayable_ = false;  // the offset would become a constant
+  }
+  off.dynamic = add_param(Type{DType::I64, {}}, scalar_operand(DType::I64, src.bits, device_), src);
   return off;
 }
 
-Value EagerProgram::input(const at::Tensor& t) {
+Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
   TORCH_CHECK(t.defined(), "tpu: an op received an undefined tensor");
   if (t.device().is_cpu()) {
     TORCH_CHECK(t.dim() == 0,
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 "tpu:", device_, " and cpu! (move the CPU tensor with .to('tpu'))");
-    return scalar(t.item(), to_hlo(t.scalar_type()));
+    if (pos.arg < 0) replayable_ = false;  // its value would become a constant
+    return scalar(t.item(), to_hlo(t.scalar_type()), pos);
   }
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at least two devices, tpu:",
@@ -163,7 +359,7 @@ Value EagerProgram::input(const at::Tensor& t) {
       t.sizes().vec() == st.dims && t.is_contiguous()) {
     v = s.full;  // the storage value itself
   } else {
-    v = exec::read_strided(b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t));
+    v = exec::read_strided(*b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t, pos));
   }
   return apply_math_bits(t, v);
 }
@@ -171,48 +367,46 @@ Value EagerProgram::input(const at::Tensor& t) {
 // Conjugate and negative views (x.conj(), x.imag of a conjugate) carry a bit
 // instead of new data: reading applies it, writing applies its inverse.
 Value EagerProgram::apply_math_bits(const at::Tensor& t, Value v) {
-  if (t.is_conj() && hlo::is_complex(b_.dtype(v))) v = b_.complex(b_.real(v), b_.neg(b_.imag(v)));
-  if (t.is_neg()) v = b_.neg(v);
+  if (t.is_conj() && hlo::is_complex(b_->dtype(v))) v = b_->complex(b_->real(v), b_->neg(b_->imag(v)));
+  if (t.is_neg()) v = b_->neg(v);
   return v;
 }
 
-Value EagerProgram::scalar(const c10::Scalar& s, DType dtype) {
+Value EagerProgram::scalar(const c10::Scalar& s, DType dtype, ArgPosition pos) {
+  auto operand = [&](const c10::Scalar& x, DType dt, int part) {
+    ParamSource src;
+    src.dtype = dt;
+    src.bits = scalar_bits(x, dt);
+    if (pos.arg >= 0) {
+      src.kind = ParamSource::Kind::Arg;
+      src.index = pos.arg;
+      src.element = pos.element;
+      src.part = part;
+    }
+    return add_param(Type{dt, {}}, scalar_operand(dt, src.bits, device_), src);
+  };
   if (dtype == DType::C128) {  // 16 bytes: two f64 operands
     const c10::complex<double> z = s.toComplexDouble();
-    return b_.complex(scalar(z.real(), DType::F64), scalar(z.imag(), DType::F64));
+    return b_->complex(operand(z.real(), DType::F64, 0), operand(z.imag(), DType::F64, 1));
   }
-  Value v = b_.param(Type{dtype, {}});
-  args_.push_back({exec::Runtime::get().scalar_buffer(dtype, scalar_bits(s, dtype), device_), nullptr,
-                   Type{dtype, {}}});
-  return v;
+  return operand(s, dtype, -1);
 }
 
-Value EagerProgram::rng_key(const std::optional<at::Generator>& gen) {
-  at::Generator g = gen.has_value() && gen->defined()
-                        ? *gen
-                        : default_generator(static_cast<c10::DeviceIndex>(device_));
-  std::pair<uint64_t, uint64_t> key;
-  {
-    std::lock_guard<std::mutex> lock(g.mutex());
-    key = at::check_generator<TpuGenerator>(g)->next_key();
-  }
-  uint64_t words[2] = {key.first, key.second};
-  Value v = b_.param(Type{DType::U64, {2}});
-  const auto& rt = exec::Runtime::get();
-  args_.push_back(
-      {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device_)), nullptr, Type{DType::U64, {2}}});
-  return v;
+Value EagerProgram::rng_key(const std::optional<at::Generator>& gen, int arg) {
+  ParamSource src;
+  src.kind = ParamSource::Kind::Rng;
+  src.index = arg;
+  return add_param(Type{DType::U64, {2}}, rng_operand(gen, device_), src);
 }
 
-void EagerProgram::assign(const at::Tensor& dst, Value value) {
+void EagerProgram::assign(const at::Tensor& dst, Value value, ArgPosition pos) {
   TORCH_CHECK(dst.device().type() == c10::DeviceType::PrivateUse1 && dst.device().index() == device_,
               "tpu: cannot write a tpu:", device_, " result into a tensor on ", dst.device());
   Slot& s = slot_for(dst);
   const DType dt = to_hlo(dst.scalar_type());
   value = apply_math_bits(dst, value);  // both bits are involutions
   Value flat = flat_as(s, dt);
-  s.flat = exec::write_strided(b_, flat, value, dst.sizes().vec(), dst.strides().vec(),
-                               offset_of(dst));
+  s.flat = exec::write_strided(*b_, flat, value, dst.sizes().vec(), dst.strides().vec(), offset_of(dst, pos));
   s.flat_dtype = dt;
   s.written = true;
   const bool covers = dst.storage_offset() == 0 && dst.is_contiguous() &&
@@ -220,118 +414,54 @@ void EagerProgram::assign(const at::Tensor& dst, Value value) {
   s.full = covers ? value : Value{};
 }
 
-bool EagerProgram::fused() const { return exec::Runtime::get().mode() == exec::ExecutionMode::Fused; }
-
-std::vector<pjrt::c::PJRT_Buffer*> EagerProgram::raw_args() {
-  std::vector<pjrt::c::PJRT_Buffer*> raw;
-  raw.reserve(args_.size());
-  for (auto& a : args_) {
-    if (!a.buffer) {
-      a.buffer = a.deferred->resolve();  // a value still in the fused graph: run it
-      a.deferred.reset();
-    }
-    raw.push_back(a.buffer->raw());
-  }
-  return raw;
-}
-
 int64_t EagerProgram::evaluate_int(Value v) {
-  Value as_i64 = b_.convert(v, DType::I64);
-  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args();
-  auto outs = exec::Runtime::get().run(b_.module({as_i64}), raw, device_);
+  Value as_i64 = b_->convert(v, DType::I64);
+  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(args_);
+  auto outs = exec::Runtime::get().run(b_->module({as_i64}), raw, device_);
   int64_t result = 0;
   outs[0]->to_host(&result, sizeof(result));
   return result;
 }
 
-const std::string& EagerProgram::text(const std::vector<Value>& outputs) {
+std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>& outputs) {
+  auto plan = std::make_shared<ProgramPlan>();
   // Invalid values are undefined results (e.g. masked-off gradients).
-  std::vector<Value> all;
   for (Value v : outputs) {
-    if (v.valid()) all.push_back(v);
+    plan->results.push_back(v.valid() ? static_cast<int>(plan->outputs.size()) : -1);
+    if (v.valid()) plan->outputs.push_back(v);
   }
-  outputs_ = outputs;
-  written_.clear();
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
+  for (Slot& s : slots_) {
     if (!s.written) continue;
     Value out = s.full.valid() ? s.full : s.flat;
-    // Donate the old buffer when nothing else can still read it: the storage
-    // and this program's argument are its only owners, and the new value has
-    // its type.
-    // (Fused eager donates when the whole graph runs instead.)
-    if (!fused() && s.param >= 0 && args_[s.param].buffer && args_[s.param].buffer.use_count() <= 2 &&
-        b_.type(out) == s.type) {
-      b_.alias(s.param, static_cast<int>(all.size()));
+    if (s.param >= 0 && b_->type(out) == s.type) {
+      plan->donations.emplace_back(s.param, static_cast<int>(plan->outputs.size()));
     }
-    written_.push_back(i);
-    all.push_back(out);
+    plan->written.push_back(s.group);
+    bound_.written.push_back(s.tpu);
+    plan->outputs.push_back(out);
   }
-  for (const auto& [ok, message] : checks_) all.push_back(ok);
-  text_ = b_.module(all);
-  text_hash_.reset();
-  all_outputs_ = std::move(all);
-  return text_;
-}
-
-uint64_t EagerProgram::fingerprint() {
-  if (!text_hash_) text_hash_ = exec::fingerprint64(text_);
-  return *text_hash_;
-}
-
-std::vector<at::Tensor> EagerProgram::defer() {
-  exec::DeferredGraph& graph = exec::Runtime::get().graph(device_);
-  std::string name = "op_";
-  {
-    char buf[17];
-    snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(fingerprint()));
-    name += buf;
+  for (const auto& [ok, message] : checks_) {
+    plan->outputs.push_back(ok);
+    plan->checks.push_back(message);
   }
-  std::vector<Type> types;
-  types.reserve(all_outputs_.size());
-  for (Value v : all_outputs_) types.push_back(b_.type(v));
-  std::vector<exec::DeferredPtr> outs =
-      graph.record(name, [&] { return b_.function(name, all_outputs_); }, args_, types);
-  args_.clear();  // the graph holds what it needs
-  return deliver(
-      outs, [&](const exec::DeferredPtr& d, const Type& t) { return tensor_from_deferred(d, to_aten(t.dtype), device_); },
-      [](Slot& s, const exec::DeferredPtr& d) { s.tpu->set_deferred(d); },
-      [&](const exec::DeferredPtr& d, const std::string& message) { graph.add_check(d, message); });
-}
-
-template <typename Out, typename MakeTensor, typename Store, typename Check>
-std::vector<at::Tensor> EagerProgram::deliver(const std::vector<Out>& outs, MakeTensor make_tensor, Store store,
-                                              Check check) {
-  std::vector<at::Tensor> results;
-  results.reserve(outputs_.size());
-  size_t next = 0;
-  for (Value v : outputs_) {
-    if (!v.valid()) {
-      results.emplace_back();
-      continue;
-    }
-    results.push_back(make_tensor(outs[next++], b_.type(v)));
-  }
-  for (size_t k = 0; k < written_.size(); ++k) store(slots_[written_[k]], outs[next + k]);
-  next += written_.size();
-  for (size_t k = 0; k < checks_.size(); ++k) {
-    try {
-      check(outs[next + k], checks_[k].second);
-    } catch (const exec::CheckFailure& e) {
-      TORCH_CHECK_INDEX(false, e.what());
-    }
-  }
-  return results;
+  for (Value v : plan->outputs) plan->output_types.push_back(b_->type(v));
+  plan->text = b_->module(plan->outputs);
+  plan->fingerprint = exec::fingerprint64(plan->text);
+  char name[24];
+  std::snprintf(name, sizeof(name), "op_%016llx", static_cast<unsigned long long>(plan->fingerprint));
+  plan->name = name;
+  plan->params = std::move(sources_);
+  plan->replayable = replayable_;
+  plan->builder = b_;
+  bound_.args = std::move(args_);
+  plan_ = plan;
+  count_built_program();
+  return plan;
 }
 
 std::vector<at::Tensor> EagerProgram::run() {
-  if (fused()) return defer();
-  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args();
-  std::vector<pjrt::BufferPtr> outs = exec::Runtime::get().run(text_, raw, device_);
-  return deliver(
-      outs, [&](const pjrt::BufferPtr& b, const Type& t) { return tensor_from_buffer(b, t, to_aten(t.dtype), device_); },
-      [&](Slot& s, const pjrt::BufferPtr& b) { s.tpu->set_value(b, b_.type(s.full.valid() ? s.full : s.flat)); },
-      [&](const pjrt::BufferPtr& b, const std::string& message) { exec::Runtime::get().add_check(device_, b, message); });
+  TORCH_CHECK(plan_, "torch_tpu internal error: EagerProgram::run before finish");
+  return launch(*plan_, bound_, device_);
 }
 
 }  // namespace tpu

@@ -1,11 +1,19 @@
 // Eager execution of one op: a program that reads tensors from their
 // storages' device values, runs a lowering, and writes results back.
+//
+// Building the program (EagerProgram) yields a ProgramPlan: the program and,
+// for each of its parameters, where the value comes from (a storage, a
+// number argument, a constant, a random key). Running a plan binds those
+// values (BoundProgram) and hands the results to tensors and storages. The
+// op memo (op_memo.h) keeps plans, so a repeated op skips the building.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/Generator.h>
 
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -16,43 +24,118 @@
 
 namespace tpu {
 
+class OpSignature;
+
+// Where a parameter of a plan gets its value.
+struct ParamSource {
+  enum class Kind : uint8_t {
+    Storage,   // the value of storage group `index` (see OpSignature)
+    Arg,       // number argument `index` (entry `element` of a list, or -1)
+    Constant,  // `bits`
+    Rng,       // a fresh key from the Generator at argument `index` (-1: the default one)
+    Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
+  };
+  Kind kind = Kind::Constant;
+  int index = -1;
+  int element = -1;
+  int part = -1;  // Arg of a complex128 program value: 0 real, 1 imaginary half
+  hlo::DType dtype = hlo::DType::F32;
+  uint64_t bits = 0;
+};
+
+// An op's program, built once.
+struct ProgramPlan {
+  std::shared_ptr<const hlo::Builder> builder;
+  std::vector<hlo::Value> outputs;      // the op's defined results, written storages, checks
+  std::vector<hlo::Type> output_types;
+  std::vector<int> results;             // per op result: its index in outputs, -1 if undefined
+  std::vector<int> written;             // per written storage: its storage group (-1 unknown)
+  std::vector<std::string> checks;      // messages of the device-side checks
+  std::vector<std::pair<int, int>> donations;  // (param, output) pairs that may share a buffer
+  std::vector<ParamSource> params;
+  std::string text;                     // the module, without donations
+  uint64_t fingerprint = 0;             // of text
+  std::string name;                     // "op_<fingerprint>": the function fused eager records
+  bool replayable = true;               // every parameter's source is known
+
+  // The module that donates the parameters of the donations selected by
+  // `mask`, and its executable-cache key (made once per mask).
+  struct Variant {
+    std::vector<bool> mask;
+    std::string text, key;
+  };
+  const Variant& variant(const std::vector<bool>& mask) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::deque<Variant> variants_;
+};
+
+// The values a plan runs on for one call.
+struct BoundProgram {
+  std::vector<exec::ProgramArg> args;  // per plan parameter
+  std::vector<TpuStorage*> written;    // per plan.written
+};
+
+// Run (or, in fused eager, record) `plan` on `bound`; returns the op's
+// results as new tensors and swaps the written storages' values.
+std::vector<at::Tensor> launch(const ProgramPlan& plan, BoundProgram& bound, int device);
+
+// Bind `plan` to the arguments of another call with the same signature.
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device);
+
+// The value of storage `s` as a program operand: deferred values stay in
+// fused eager's graph; others are materialized (running that graph).
+TpuStorage::Value operand_value(TpuStorage& s, int device);
+
+// Where an argument tensor sits in the op's arguments (for CPU scalars).
+struct ArgPosition {
+  int arg = -1, element = -1;
+};
+
 class EagerProgram {
  public:
-  explicit EagerProgram(int device) : device_(device) {}
+  // `sig` (optional) names the storage groups of the op's arguments, so
+  // that the plan can be bound to other arguments later.
+  explicit EagerProgram(int device, const OpSignature* sig = nullptr);
 
-  hlo::Builder& builder() { return b_; }
+  hlo::Builder& builder() { return *b_; }
   int device() const { return device_; }
 
   // The value of `t` in the program: a tpu tensor of this program's device,
-  // or a 0-dim CPU tensor (a scalar operand).
-  hlo::Value input(const at::Tensor& t);
-  // A runtime rank-0 operand holding `s` converted to `dtype`.
-  hlo::Value scalar(const c10::Scalar& s, hlo::DType dtype);
-  // A fresh ui64[2] key from `gen` (the device's default generator if none).
-  hlo::Value rng_key(const std::optional<at::Generator>& gen);
+  // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
+  hlo::Value input(const at::Tensor& t, ArgPosition pos = {});
+  // A runtime rank-0 operand holding `s` converted to `dtype`; `pos` names
+  // the number argument it comes from (none: a constant of this program).
+  hlo::Value scalar(const c10::Scalar& s, hlo::DType dtype, ArgPosition pos = {});
+  // A fresh ui64[2] key from the Generator at argument `arg` (-1: none, the
+  // device's default generator).
+  hlo::Value rng_key(const std::optional<at::Generator>& gen, int arg = -1);
 
   // A device-side check (see lowering::Args::check).
   void check(hlo::Value ok, const std::string& message) { checks_.emplace_back(ok, message); }
 
-  // Write `value` (dims = dst sizes, dtype = dst dtype) into the view `dst`.
-  void assign(const at::Tensor& dst, hlo::Value value);
+  // Write `value` (dims = dst sizes, dtype = dst dtype) into the view `dst`
+  // (found at `pos` of the arguments).
+  void assign(const at::Tensor& dst, hlo::Value value, ArgPosition pos = {});
 
   // Run what was built so far and return the value of `v` (rank 0, integer).
   int64_t evaluate_int(hlo::Value v);
 
-  // The program's text for `outputs` (plus the storages written by assign).
-  const std::string& text(const std::vector<hlo::Value>& outputs);
-  // exec::fingerprint64 of that text (computed once, when first asked).
-  uint64_t fingerprint();
-  // Compile (cached) and run; returns the outputs as new contiguous tensors
-  // and swaps the written storages' values. `text` must have been called.
-  // In fused eager the program is recorded instead (see exec/deferred.h).
+  // The plan returning `outputs` (plus the storages written by assign and
+  // the checks). The builder belongs to the plan afterwards.
+  std::shared_ptr<const ProgramPlan> finish(const std::vector<hlo::Value>& outputs);
+  // Run the finished plan on this program's operands.
   std::vector<at::Tensor> run();
+  // This program cannot run again for other arguments (its parameters
+  // depend on something the signature does not describe).
+  void not_replayable() { replayable_ = false; }
 
  private:
   struct Slot {
     c10::Storage storage;      // keeps the storage alive while we run
     TpuStorage* tpu = nullptr;
+    int group = -1;            // storage group in the signature
     hlo::Type type;            // of the storage value the program receives
     int param = -1;            // builder parameter index (-1: zeros); also args_ index
     hlo::Value flat;           // current value, rank 1, of `flat_dtype`
@@ -62,29 +145,29 @@ class EagerProgram {
   };
   Slot& slot_for(const at::Tensor& t);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
-  exec::Offset offset_of(const at::Tensor& t);
+  exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
-  std::vector<pjrt::c::PJRT_Buffer*> raw_args();
-  std::vector<at::Tensor> defer();
-  // Hands the program's outputs, in text()'s order (results, written
-  // storages, checks), to new tensors, the storages and the checks.
-  template <typename Out, typename MakeTensor, typename Store, typename Check>
-  std::vector<at::Tensor> deliver(const std::vector<Out>& outs, MakeTensor make_tensor, Store store, Check check);
-  bool fused() const;
+  hlo::Value add_param(const hlo::Type& type, exec::ProgramArg arg, ParamSource source);
 
   int device_;
-  hlo::Builder b_;
+  const OpSignature* sig_;
+  std::shared_ptr<hlo::Builder> b_;
   std::vector<exec::ProgramArg> args_;
-  std::vector<hlo::Value> all_outputs_;  // outputs_ (valid ones), written storages, checks
+  std::vector<ParamSource> sources_;
   std::deque<Slot> slots_;  // stable references
-  std::vector<hlo::Value> outputs_;
-  std::vector<size_t> written_;  // indices into slots_, in output order
   std::vector<std::pair<hlo::Value, std::string>> checks_;
-  std::string text_;
-  std::optional<uint64_t> text_hash_;
+  bool replayable_ = true;
+  std::shared_ptr<const ProgramPlan> plan_;
+  BoundProgram bound_;
 };
 
 // Bytes <-> elements reinterpretation of a rank-1 value (x.view(dtype)).
 hlo::Value reinterpret_flat(hlo::Builder& b, hlo::Value flat, hlo::DType to);
+
+// The bits of `s` converted to `dtype` (its little-endian bytes), as a
+// rank-0 operand holds them.
+uint64_t scalar_bits(const c10::Scalar& s, hlo::DType dtype);
+// A number argument: a Scalar, or the value of a 0-dim tensor.
+c10::Scalar number_of(const c10::IValue& v);
 
 }  // namespace tpu

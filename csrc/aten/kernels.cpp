@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "csrc/aten/eager.h"
+#include "csrc/aten/op_memo.h"
 #include "csrc/exec/executable_cache.h"
 #include "csrc/lowering/lowering.h"
 
@@ -66,7 +67,7 @@ class EagerArgs final : public lowering::Args {
  public:
   EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args,
             std::optional<at::ScalarType> out_dtype)
-      : p_(p), args_(args), values_(args.size()), infos_(args.size()), out_dtype_(out_dtype) {}
+      : p_(p), args_(args), values_(args.size()), infos_(args.size()), read_(args.size()), out_dtype_(out_dtype) {}
 
   size_t size() const override { return args_.size(); }
   bool is_none(size_t i) const override {
@@ -76,7 +77,7 @@ class EagerArgs final : public lowering::Args {
   bool is_tensor(size_t i) const override { return args_.at(i).isTensor(); }
 
   Value tensor(size_t i) override {
-    if (!values_[i].valid()) values_[i] = p_.input(args_.at(i).toTensor());
+    if (!values_[i].valid()) values_[i] = p_.input(args_.at(i).toTensor(), {static_cast<int>(i), -1});
     return values_[i];
   }
   const lowering::TensorInfo& info(size_t i) override {
@@ -85,7 +86,11 @@ class EagerArgs final : public lowering::Args {
   }
   std::vector<Value> tensors(size_t i) override {
     std::vector<Value> out;
-    for (const at::Tensor& t : list(i)) out.push_back(t.defined() ? p_.input(t) : Value{});
+    int k = 0;
+    for (const at::Tensor& t : list(i)) {
+      out.push_back(t.defined() ? p_.input(t, {static_cast<int>(i), k}) : Value{});
+      ++k;
+    }
     return out;
   }
   std::vector<lowering::TensorInfo> infos(size_t i) override {
@@ -112,22 +117,29 @@ class EagerArgs final : public lowering::Args {
   }
   double double_(size_t i) const override {
     const c10::IValue& v = args_.at(i);
+    read_[i] = true;
     return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
   }
   bool bool_(size_t i) const override { return args_.at(i).toBool(); }
   std::string string(size_t i) const override { return args_.at(i).toStringRef(); }
   c10::Scalar scalar(size_t i) const override {
-    const c10::IValue& v = args_.at(i);
-    if (v.isTensor()) return v.toTensor().item();
-    return v.toScalar();
+    read_[i] = true;
+    return host_number(args_.at(i));
   }
   at::ScalarType scalar_type(size_t i) const override { return args_.at(i).toScalarType(); }
-  std::vector<double> doubles(size_t i) const override { return args_.at(i).toDoubleVector(); }
+  std::vector<double> doubles(size_t i) const override {
+    read_[i] = true;
+    return args_.at(i).toDoubleVector();
+  }
   std::vector<c10::Scalar> scalars(size_t i) const override {
+    read_[i] = true;
     std::vector<c10::Scalar> out;
     for (const c10::IValue& e : args_.at(i).toListRef()) out.push_back(e.toScalar());
     return out;
   }
+  size_t list_size(size_t i) const override { return args_.at(i).toListRef().size(); }
+  at::ScalarType scalar_kind(size_t i) const override { return kind_of(args_.at(i)); }
+  at::ScalarType element_kind(size_t i, size_t k) const override { return kind_of(args_.at(i).toListRef().at(k)); }
   bool is_tensor_list(size_t i) const override {
     const c10::IValue& v = args_.at(i);
     if (v.isTensorList()) return true;
@@ -139,23 +151,28 @@ class EagerArgs final : public lowering::Args {
     const c10::IValue& v = args_.at(i);
     return v.isList() && !is_tensor_list(i) && !v.isIntList() && !v.isBoolList();
   }
-  Value scalar_value(size_t i, hlo::DType dtype) override { return p_.scalar(scalar(i), dtype); }
+  Value scalar_value(size_t i, hlo::DType dtype) override {
+    return p_.scalar(host_number(args_.at(i)), dtype, {static_cast<int>(i), -1});
+  }
+  Value element_value(size_t i, size_t k, hlo::DType dtype) override {
+    return p_.scalar(host_number(args_.at(i).toListRef().at(k)), dtype, {static_cast<int>(i), static_cast<int>(k)});
+  }
   Value runtime_scalar(const c10::Scalar& s, hlo::DType dtype) override { return p_.scalar(s, dtype); }
   Value rng_key(size_t i) override {
     // Ops without a generator argument (native_dropout) use the default one.
     if (i >= args_.size() || args_[i].isNone() || !args_[i].isGenerator()) return p_.rng_key(std::nullopt);
-    return p_.rng_key(args_[i].toGenerator());
+    return p_.rng_key(args_[i].toGenerator(), static_cast<int>(i));
   }
   void assign(size_t i, Value v) override {
     const at::Tensor& t = args_.at(i).toTensor();
-    p_.assign(t, p_.builder().convert(v, to_hlo(t.scalar_type())));
+    p_.assign(t, p_.builder().convert(v, to_hlo(t.scalar_type())), {static_cast<int>(i), -1});
   }
   void assign_list(size_t i, const std::vector<Value>& vs) override {
     std::vector<at::Tensor> ts = list(i);
     TORCH_CHECK(ts.size() == vs.size(), "torch_tpu internal error: ", vs.size(),
                 " values for a list of ", ts.size(), " tensors");
     for (size_t k = 0; k < ts.size(); ++k) {
-      p_.assign(ts[k], p_.builder().convert(vs[k], to_hlo(ts[k].scalar_type())));
+      p_.assign(ts[k], p_.builder().convert(vs[k], to_hlo(ts[k].scalar_type())), {static_cast<int>(i), static_cast<int>(k)});
     }
   }
   int64_t host_int(Value v) override {
@@ -164,8 +181,10 @@ class EagerArgs final : public lowering::Args {
   }
   void output_depends_on_data() override { data_dependent_ = true; }
   // Whether the output shape depended on data (PyTorch's meta kernels cannot
-  // check such calls).
+  // check such calls, and the program cannot be reused).
   bool data_dependent() const { return data_dependent_; }
+  // The arguments whose numbers the lowering read on the host.
+  const std::vector<bool>& numbers_read() const { return read_; }
   std::optional<at::ScalarType> out_dtype() const override { return out_dtype_; }
   // Device-side checks name the op's inputs, since they may surface later
   // (at the next synchronization) than the line that issued the op.
@@ -182,6 +201,18 @@ class EagerArgs final : public lowering::Args {
   }
 
  private:
+  // A number argument's value; a tpu tensor's makes the host wait for it.
+  c10::Scalar host_number(const c10::IValue& v) const {
+    if (v.isTensor() && is_tpu(v.toTensor())) data_dependent_ = true;
+    return number_of(v);
+  }
+  static at::ScalarType kind_of(const c10::IValue& v) {
+    if (!v.isTensor()) return v.toScalar().type();
+    const at::ScalarType t = v.toTensor().scalar_type();
+    if (c10::isComplexType(t)) return at::kComplexDouble;
+    if (c10::isFloatingType(t)) return at::kDouble;
+    return t == at::kBool ? at::kBool : at::kLong;
+  }
   static lowering::TensorInfo info_of(const at::Tensor& t) {
     return lowering::TensorInfo{t.scalar_type(), t.sizes().vec(),
                                 t.unsafeGetTensorImpl()->is_wrapped_number(), t.is_contiguous()};
@@ -198,8 +229,9 @@ class EagerArgs final : public lowering::Args {
   c10::ArrayRef<c10::IValue> args_;
   std::vector<Value> values_;
   std::vector<std::optional<lowering::TensorInfo>> infos_;
+  mutable std::vector<bool> read_;
   std::optional<at::ScalarType> out_dtype_;
-  bool data_dependent_ = false;
+  mutable bool data_dependent_ = false;
 };
 
 // ---- devices -------------------------------------------------------------------
@@ -285,7 +317,7 @@ std::unordered_set<uint64_t> g_validated;
 // arguments and that our results have PyTorch's shapes and dtypes. A lowering
 // bug becomes an error here instead of a wrong answer.
 void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
-                   const Entry& e, uint64_t program, hlo::Builder& b, const std::vector<Value>& outputs) {
+                   const Entry& e, uint64_t program, const hlo::Builder& b, const std::vector<Value>& outputs) {
   const uint64_t key = program * 31 + std::hash<c10::OperatorName>()(op.operator_name());
   {
     std::lock_guard<std::mutex> lock(g_validated_mu);
@@ -331,13 +363,25 @@ void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 
 // ---- results -------------------------------------------------------------------------
 
-std::vector<at::Tensor> targets(const c10::IValue& v) {
-  std::vector<at::Tensor> out;
-  for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
-  return out;
+// The tensors argument i writes (a tensor or a list of them), with their positions.
+struct Target {
+  at::Tensor tensor;
+  ArgPosition pos;
+};
+void add_targets(std::vector<Target>& out, const std::vector<c10::IValue>& args, size_t i) {
+  const c10::IValue& v = args[i];
+  if (v.isTensor()) {
+    out.push_back({v.toTensor(), {static_cast<int>(i), -1}});
+  } else if (v.isList()) {
+    int k = 0;
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) out.push_back({e.toTensor(), {static_cast<int>(i), k}});
+      ++k;
+    }
+  }
 }
 
-void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace) {
+void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosition pos) {
   hlo::Builder& b = p.builder();
   const at::ScalarType rt = to_aten(b.dtype(v));
   TORCH_CHECK(c10::canCast(rt, dst.scalar_type()), "result type ", rt,
@@ -350,7 +394,7 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace) {
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a "
               "single memory location. Please clone() the tensor before performing the operation.");
-  p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())));
+  p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())), pos);
 }
 
 lowering::MatmulPrecision matmul_precision() {
@@ -380,6 +424,26 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
+// Replaces the op's arguments on the stack by its returns.
+void push_returns(torch::jit::Stack* stack, const c10::FunctionSchema& schema, const Entry& e,
+                  const std::vector<c10::IValue>& args, std::vector<at::Tensor> tensors) {
+  torch::jit::drop(*stack, schema.arguments().size());
+  const auto& returns = schema.returns();
+  if (e.kind == VariantKind::Functional) {
+    if (returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType) {
+      stack->emplace_back(c10::List<at::Tensor>(tensors));
+    } else {
+      for (at::Tensor& t : tensors) stack->emplace_back(std::move(t));
+    }
+  } else if (e.kind == VariantKind::Inplace) {
+    if (!returns.empty()) stack->push_back(args[0]);
+  } else {
+    for (size_t k = 0; k < returns.size() && k < e.out_args.size(); ++k) {
+      stack->push_back(args[e.out_args[k]]);
+    }
+  }
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Entry& e = entry_for(op.operator_name());
   const c10::FunctionSchema& schema = op.schema();
@@ -396,7 +460,20 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     });
   }
 
-  EagerProgram p(device);
+  const lowering::MatmulPrecision precision = matmul_precision();
+  std::optional<OpSignature> sig;
+  if (op_memo_enabled()) {
+    sig.emplace(&e, static_cast<uint8_t>(precision), args);
+    if (!sig->memoizable()) sig.reset();
+  }
+  if (sig) {
+    if (std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, args)) {
+      BoundProgram bound = bind_plan(*plan, *sig, args, device);
+      return push_returns(stack, schema, e, args, launch(*plan, bound, device));
+    }
+  }
+
+  EagerProgram p(device, sig ? &*sig : nullptr);
   std::optional<at::ScalarType> out_dtype;
   if (e.kind == VariantKind::Out && !e.out_args.empty()) {
     for_each_tensor(args[e.out_args[0]], [&](const at::Tensor& t) {
@@ -404,7 +481,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     });
   }
   EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args), out_dtype);
-  lowering::Context ctx{p.builder(), a, e.functional, matmul_precision()};
+  lowering::Context ctx{p.builder(), a, e.functional, precision};
   std::vector<Value> results;
   try {
     results = e.fn(ctx);
@@ -422,45 +499,32 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   std::vector<Value> outputs;
-  std::vector<at::Tensor> dsts;
   if (e.kind == VariantKind::Functional) {
     outputs = results;
   } else {
+    std::vector<Target> dsts;
     if (e.kind == VariantKind::Inplace) {
-      dsts = targets(args[0]);
+      add_targets(dsts, args, 0);
     } else {
-      for (size_t k : e.out_args) {
-        for (at::Tensor& t : targets(args[k])) dsts.push_back(t);
-      }
+      for (size_t k : e.out_args) add_targets(dsts, args, k);
     }
     // No results: the lowering wrote its outputs itself (Args::assign).
     if (!results.empty()) {
       TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
                   " returned ", results.size(), " results for ", dsts.size(), " outputs");
       for (size_t k = 0; k < dsts.size(); ++k) {
-        write_back(p, dsts[k], results[k], e.kind == VariantKind::Inplace);
+        // An out= tensor resized to the result's shape: the signature
+        // described it before.
+        at::Tensor& dst = dsts[k].tensor;
+        if (dst.sizes().vec() != p.builder().dims(results[k])) p.not_replayable();
+        write_back(p, dst, results[k], e.kind == VariantKind::Inplace, dsts[k].pos);
       }
     }
   }
-  p.text(outputs);
-  if (!a.data_dependent()) validate_once(op, args, e, p.fingerprint(), p.builder(), outputs);
-  std::vector<at::Tensor> tensors = p.run();
-
-  torch::jit::drop(*stack, n);
-  const auto& returns = schema.returns();
-  if (e.kind == VariantKind::Functional) {
-    if (returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType) {
-      stack->emplace_back(c10::List<at::Tensor>(tensors));
-    } else {
-      for (at::Tensor& t : tensors) stack->emplace_back(std::move(t));
-    }
-  } else if (e.kind == VariantKind::Inplace) {
-    if (!returns.empty()) stack->push_back(args[0]);
-  } else {
-    for (size_t k = 0; k < returns.size() && k < e.out_args.size(); ++k) {
-      stack->push_back(args[e.out_args[k]]);
-    }
-  }
+  std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
+  if (!a.data_dependent()) validate_once(op, args, e, plan->fingerprint, *plan->builder, outputs);
+  if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan);
+  push_returns(stack, schema, e, args, p.run());
 }
 
 }  // namespace

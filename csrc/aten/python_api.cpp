@@ -6,6 +6,7 @@
 
 #include "csrc/aten/generator.h"
 #include "csrc/aten/kernels.h"
+#include "csrc/aten/op_memo.h"
 #include "csrc/aten/storage.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
@@ -16,11 +17,12 @@ std::string abi_layout();  // abi_layout.cpp
 
 namespace {
 
-void configure(std::string plugin_path, int64_t cpu_devices, std::string cache_dir) {
+void configure(std::string plugin_path, int64_t cpu_devices, std::string cache_dir, std::string session) {
   exec::RuntimeConfig c;
   c.plugin_path = std::move(plugin_path);
   c.cpu_device_count = cpu_devices;
   c.cache_dir = std::move(cache_dir);
+  c.session = std::move(session);
   exec::Runtime::configure(c);
 }
 
@@ -68,7 +70,7 @@ std::vector<double> cache_stats() {
   exec::CacheStats s = runtime().cache().stats();
   return {static_cast<double>(s.hits), static_cast<double>(s.misses),
           static_cast<double>(s.disk_hits), static_cast<double>(s.entries), s.compile_seconds,
-          static_cast<double>(s.evictions)};
+          static_cast<double>(s.evictions), s.load_seconds, static_cast<double>(s.preloaded)};
 }
 int64_t clear_cache(bool disk) {
   runtime().cache().clear();
@@ -77,6 +79,11 @@ int64_t clear_cache(bool disk) {
 std::string cache_dir() { return runtime().cache().disk_dir(); }
 int64_t executions() { return runtime().executions(); }
 int64_t host_reads() { return pjrt::Buffer::host_reads(); }
+std::vector<int64_t> op_memo_counts() {
+  OpMemoStats s = op_memo_stats();
+  return {s.built, s.reused, s.plans};
+}
+void set_op_memo_enabled(bool enabled) { set_op_memo(enabled); }
 
 void set_execution_mode(std::string mode) {
   TORCH_CHECK(mode == "debug" || mode == "strict" || mode == "fused", "tpu: unknown execution mode '", mode,
@@ -170,7 +177,7 @@ std::string storage_info(const at::Tensor& t) {
 }  // namespace
 
 TORCH_LIBRARY(torch_tpu, m) {
-  m.def("_configure(str plugin_path, int cpu_devices, str cache_dir) -> ()", &configure);
+  m.def("_configure(str plugin_path, int cpu_devices, str cache_dir, str session) -> ()", &configure);
   m.def("_started() -> bool", &started);
   m.def("_runtime_info() -> str[]", &runtime_info);
   m.def("_register_kernels(str[] variants, str[] functionals, int[] kinds) -> ()", &register_kernels);
@@ -187,6 +194,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("cache_dir() -> str", &cache_dir);
   m.def("executions() -> int", &executions);
   m.def("host_reads() -> int", &host_reads);
+  m.def("op_memo_counts() -> int[]", &op_memo_counts);
+  m.def("set_op_memo(bool enabled) -> ()", &set_op_memo_enabled);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
   m.def("flush() -> ()", &flush);

@@ -10,6 +10,7 @@
 #include <c10/core/ScalarTypeToTypeMeta.h>
 
 #include "csrc/aten/eager.h"
+#include "csrc/aten/op_memo.h"
 #include "csrc/aten/storage.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
@@ -56,9 +57,26 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a "
               "single memory location. Please clone() the tensor before performing the operation.");
-  EagerProgram p(tpu_index(dst));
+  // Copies repeat (optimizer states, .to(), clone): their plans are kept
+  // like those of lowered ops.
+  static const char kCopy = 0;
+  const c10::IValue operands[2] = {src, dst};
+  std::optional<OpSignature> sig;
+  if (op_memo_enabled()) {
+    sig.emplace(&kCopy, 0, operands);
+    if (!sig->memoizable()) sig.reset();
+  }
+  const int device = tpu_index(dst);
+  if (sig) {
+    if (std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, operands)) {
+      BoundProgram bound = bind_plan(*plan, *sig, operands, device);
+      launch(*plan, bound, device);
+      return;
+    }
+  }
+  EagerProgram p(device, sig ? &*sig : nullptr);
   hlo::Builder& b = p.builder();
-  Value v = b.convert(p.input(src), to_hlo(dst.scalar_type()));
+  Value v = b.convert(p.input(src, {0, -1}), to_hlo(dst.scalar_type()));
   const hlo::Dims dims = dst.sizes().vec();
   if (b.dims(v) != dims) {
     lowering::broadcast_shapes(b.dims(v), dims);  // PyTorch's error for a bad broadcast
@@ -66,8 +84,9 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
                 src.sizes(), " cannot be broadcast to ", dst.sizes());
     v = b.broadcast_to(v, dims);
   }
-  p.assign(dst, v);
-  p.text({});
+  p.assign(dst, v, {1, -1});
+  std::shared_ptr<const ProgramPlan> plan = p.finish({});
+  if (sig && plan->replayable) keep_plan(*sig, operands, {}, plan);
   p.run();
 }
 
@@ -80,7 +99,7 @@ pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
     return val.buffer;
   }
   EagerProgram p(tpu_index(t));
-  p.text({p.input(t)});
+  p.finish({p.input(t)});
   return storage_of(p.run()[0]).value().buffer;
 }
 
@@ -181,7 +200,7 @@ at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
   at::Tensor t = src;
   if (dtype != src.scalar_type()) {
     EagerProgram p(tpu_index(src));
-    p.text({p.builder().convert(p.input(src), to_hlo(dtype))});
+    p.finish({p.builder().convert(p.input(src), to_hlo(dtype))});
     t = p.run()[0];
   }
   pjrt::BufferPtr buf = dense_buffer(t);
@@ -243,7 +262,7 @@ at::Tensor& conj_physical_(at::Tensor& self) {
   hlo::Builder& b = p.builder();
   Value v = p.input(self);
   p.assign(self, b.complex(b.real(v), b.neg(b.imag(v))));
-  p.text({});
+  p.finish({});
   p.run();
   return self;
 }

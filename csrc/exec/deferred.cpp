@@ -106,6 +106,12 @@ void DeferredGraph::add_check(DeferredPtr ok, std::string message) {
   checks_.emplace_back(std::move(ok), std::move(message));
 }
 
+void DeferredGraph::replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto it = param_index_.find(old.get());
+  if (it != param_index_.end() && successor->pending_in(this)) successors_[it->second] = successor;
+}
+
 void DeferredGraph::flush() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   flush_locked();
@@ -129,6 +135,8 @@ void DeferredGraph::flush_locked() {
   produced.swap(produced_);
   std::vector<std::pair<DeferredPtr, std::string>> checks;
   checks.swap(checks_);
+  std::unordered_map<int, std::weak_ptr<DeferredValue>> successors;
+  successors.swap(successors_);
 
   // The outputs: every value something still holds, in recording order.
   std::vector<DeferredPtr> live;
@@ -153,20 +161,19 @@ void DeferredGraph::flush_locked() {
     return r.call < 0 ? param_types[r.index] : calls[r.call].results[r.index];
   };
 
-  // Donation: a parameter buffer only this graph still holds (its storage was
-  // overwritten, e.g. an optimizer step) gives its memory to an output of
-  // the same type.
+  // Donation: a parameter buffer only this graph still holds gives its
+  // memory to the value that replaced it in its storage (an optimizer's
+  // update writes the parameter in place). Pairing each old value with its
+  // own successor lets XLA update in place without copies.
   std::vector<int> alias(params.size(), -1);
   std::vector<bool> taken(live.size(), false);
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].use_count() != 1) continue;
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (!taken[k] && live[k]->type() == param_types[i]) {
-        alias[i] = static_cast<int>(k);
-        taken[k] = true;
-        break;
-      }
-    }
+  for (const auto& [param, weak] : successors) {
+    DeferredPtr next = weak.lock();
+    if (!next || params[param].use_count() != 1) continue;
+    auto out = out_index.find(next.get());
+    if (out == out_index.end() || taken[out->second] || next->type() != param_types[param]) continue;
+    alias[param] = static_cast<int>(out->second);
+    taken[out->second] = true;
   }
 
   // The key: the graph's structure, naming each recorded function by its

@@ -74,6 +74,11 @@ class DeferredGraph {
                                   const std::vector<ProgramArg>& args, const std::vector<hlo::Type>& results);
   // A device-side check (rank-0 pred) verified after the graph ran.
   void add_check(DeferredPtr ok, std::string message);
+  // A storage that held `old` (maybe a parameter of this graph) now holds
+  // `successor`: if nothing else holds `old` when the graph runs, its
+  // buffer is donated to `successor` (an optimizer's parameter update
+  // happens in place).
+  void replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor);
 
   // Run everything recorded as one program and resolve the values still
   // held. Errors are thrown here and by every value of the failed graph.
@@ -102,6 +107,7 @@ class DeferredGraph {
   std::vector<pjrt::BufferPtr> params_;
   std::vector<hlo::Type> param_types_;
   std::unordered_map<const pjrt::Buffer*, int> param_index_;
+  std::unordered_map<int, std::weak_ptr<DeferredValue>> successors_;  // by parameter
   std::vector<Call> calls_;
   std::vector<std::string> function_order_;
   std::unordered_map<std::string, std::shared_ptr<const std::string>> functions_;

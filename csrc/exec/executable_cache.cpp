@@ -1,6 +1,7 @@
 #include "csrc/exec/executable_cache.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,11 +12,16 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace tpu::exec {
 
 namespace {
 constexpr char kMagic[] = "torch_tpu-executable-v2\n";
+
+// The cache whose session is written at exit (the runtime's).
+std::mutex g_instance_mu;
+ExecutableCache* g_instance = nullptr;
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -56,11 +62,59 @@ uint64_t fingerprint64(const std::string& data) {
   return h;
 }
 
+std::string program_key(const std::string& text) {
+  // Two independent 64-bit hashes and the length: 136 bits, so that distinct
+  // programs never share a key in practice.
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "program:%016llx%016llx:%zu",
+                static_cast<unsigned long long>(fingerprint64(text)),
+                static_cast<unsigned long long>(std::hash<std::string>()(text)), text.size());
+  return buf;
+}
+
 ExecutableCache::ExecutableCache(const pjrt::Client* client, std::string identity,
-                                 std::string disk_dir, size_t capacity)
+                                 std::string disk_dir, size_t capacity, const std::string& session)
     : client_(client), identity_(std::move(identity)), disk_dir_(std::move(disk_dir)),
       capacity_(std::max<size_t>(1, capacity)) {
   if (!disk_dir_.empty() && !make_dirs(disk_dir_)) disk_dir_.clear();
+  if (!disk_dir_.empty() && !session.empty()) {
+    session_path_ = disk_dir_ + "/session-" + hex64(fingerprint64(identity_ + '\0' + session)) + ".list";
+    start_preload();
+  }
+  // At exit the session is recorded and the preloader stops (before the
+  // plugin's statics go away). A forked child has no preloader thread.
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  if (g_instance == nullptr) {
+    g_instance = this;
+    static bool hooked = false;
+    if (!hooked) {
+      hooked = true;
+      std::atexit([] {
+        std::lock_guard<std::mutex> lock(g_instance_mu);
+        if (g_instance) g_instance->shutdown();
+      });
+      pthread_atfork(nullptr, nullptr, [] {
+        if (g_instance) {
+          g_instance->preloading_ = 0;
+          g_instance->inflight_.clear();
+        }
+      });
+    }
+  }
+}
+
+ExecutableCache::~ExecutableCache() {
+  shutdown();
+  std::lock_guard<std::mutex> lock(g_instance_mu);
+  if (g_instance == this) g_instance = nullptr;
+}
+
+void ExecutableCache::shutdown() {
+  stop_ = true;
+  std::unique_lock<std::mutex> lock(mu_);
+  loaded_.wait_for(lock, std::chrono::seconds(5), [&] { return preloading_ == 0; });
+  lock.unlock();
+  write_session();
 }
 
 pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program,
@@ -77,7 +131,9 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
   key += '\0';
   key += program_key;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // Being preloaded: wait for it rather than load it twice.
+    loaded_.wait_for(lock, std::chrono::seconds(10), [&] { return inflight_.count(key) == 0; });
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       ++stats_.hits;
@@ -88,8 +144,11 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
   // Compile outside the lock: other threads keep running cached programs. Two
   // threads missing on the same program both compile; the first one stored wins.
   const uint64_t hash = fingerprint64(identity_ + '\0' + key);
+  const auto t_load = std::chrono::steady_clock::now();
   pjrt::ExecutablePtr exe = disk_dir_.empty() ? nullptr : load_from_disk(key, hash);
   const bool from_disk = exe != nullptr;
+  const double load_seconds =
+      from_disk ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count() : 0;
   double seconds = 0;
   if (!exe) {
     auto t0 = std::chrono::steady_clock::now();
@@ -97,22 +156,12 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!disk_dir_.empty()) store_to_disk(key, hash, *exe);
   }
+  note_used(hash);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
-    it = entries_.emplace(std::move(key), Entry{exe, {}}).first;
-    lru_.push_front(&it->first);
-    it->second.lru = lru_.begin();
-    // Bounded: the least recently used executables go (the disk keeps them).
-    while (entries_.size() > capacity_) {
-      auto victim = entries_.find(*lru_.back());
-      lru_.pop_back();
-      entries_.erase(victim);
-      ++stats_.evictions;
-    }
-  }
+  auto it = insert_locked(std::move(key), exe);
   if (from_disk) {
     ++stats_.disk_hits;
+    stats_.load_seconds += load_seconds;
   } else {
     ++stats_.misses;
     stats_.compile_seconds += seconds;
@@ -121,9 +170,124 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
   return it->second.exe;
 }
 
+std::unordered_map<std::string, ExecutableCache::Entry>::iterator ExecutableCache::insert_locked(
+    std::string key, pjrt::ExecutablePtr exe) {
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it;
+  it = entries_.emplace(std::move(key), Entry{std::move(exe), {}}).first;
+  lru_.push_front(&it->first);
+  it->second.lru = lru_.begin();
+  // Bounded: the least recently used executables go (the disk keeps them).
+  while (entries_.size() > capacity_) {
+    auto victim = entries_.find(*lru_.back());
+    lru_.pop_back();
+    entries_.erase(victim);
+    ++stats_.evictions;
+  }
+  stats_.entries = static_cast<int64_t>(entries_.size());
+  return it;
+}
+
+// ---- warm starts ------------------------------------------------------------------
+//
+// A process named by a session (torch_tpu passes its command line and
+// working directory) lists the disk entries it uses, in the order it first
+// uses them, in `session-<name hash>.list`. When the same session starts
+// again, a background thread loads the listed entries in that order from the
+// moment the runtime starts, while the script goes on setting up: its
+// programs are in memory by the time its first steps need them (loading one
+// takes milliseconds: the plugin links its code).
+
+void ExecutableCache::note_used(uint64_t hash) {
+  std::lock_guard<std::mutex> lock(session_mu_);
+  if (session_path_.empty() || session_.size() >= capacity_ || !session_seen_.insert(hash).second) return;
+  session_.push_back(hash);
+  const size_t n = session_.size();
+  if ((n & (n - 1)) == 0 || n % 32 == 0) write_session_locked();
+}
+
+void ExecutableCache::write_session() {
+  std::lock_guard<std::mutex> lock(session_mu_);
+  write_session_locked();
+}
+
+void ExecutableCache::write_session_locked() {
+  if (session_.empty() || session_path_.empty()) return;
+  static std::atomic<uint64_t> counter{0};
+  const std::string& path = session_path_;
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++counter);
+  {
+    std::ofstream out(tmp);
+    if (!out) return;
+    for (uint64_t h : session_) out << hex64(h) << '\n';
+    if (!out) {
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+void ExecutableCache::start_preload() {
+  std::ifstream in(session_path_);
+  std::vector<uint64_t> hashes;
+  std::string line;
+  while (std::getline(in, line) && hashes.size() < std::min<size_t>(capacity_, 2048)) {
+    if (line.size() == 16 && std::all_of(line.begin(), line.end(), [](char c) { return std::isxdigit(c); })) {
+      hashes.push_back(std::stoull(line, nullptr, 16));
+    }
+  }
+  if (hashes.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++preloading_;
+  }
+  std::thread([this, hashes = std::move(hashes)] {
+    for (size_t i = 0; i < hashes.size() && !stop_; ++i) {
+      std::string key;
+      std::string bytes = read_entry(hashes[i], nullptr, &key);
+      if (bytes.empty()) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (entries_.count(key) || !inflight_.insert(key).second) continue;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      pjrt::ExecutablePtr exe;
+      try {
+        exe = client_->deserialize(bytes);
+      } catch (const std::exception&) {
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        inflight_.erase(key);
+        if (exe) {
+          insert_locked(key, exe);
+          ++stats_.preloaded;
+          stats_.load_seconds += seconds;
+        }
+      }
+      loaded_.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --preloading_;
+    loaded_.notify_all();
+  }).detach();
+}
+
 pjrt::ExecutablePtr ExecutableCache::load_from_disk(const std::string& key, uint64_t hash) {
+  std::string bytes = read_entry(hash, &key, nullptr);
+  if (bytes.empty()) return nullptr;
+  try {
+    return client_->deserialize(bytes);
+  } catch (const std::exception&) {
+    return nullptr;  // stale or foreign entry: recompile and overwrite
+  }
+}
+
+std::string ExecutableCache::read_entry(uint64_t hash, const std::string* expected_key, std::string* key_out) const {
   std::ifstream in(disk_dir_ + "/" + hex64(hash) + ".xla", std::ios::binary);
-  if (!in) return nullptr;
+  if (!in) return {};
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string data = ss.str();
@@ -132,7 +296,7 @@ pjrt::ExecutablePtr ExecutableCache::load_from_disk(const std::string& key, uint
   // damaged file fails these checks and is recompiled (and overwritten);
   // the plugin never sees bytes we did not write.
   const std::string header = std::string(kMagic) + identity_ + '\0';
-  if (data.compare(0, header.size(), header) != 0) return nullptr;
+  if (data.compare(0, header.size(), header) != 0) return {};
   size_t pos = header.size();
   auto read_hex = [&](uint64_t* v) {
     if (data.size() < pos + 16) return false;
@@ -144,16 +308,14 @@ pjrt::ExecutablePtr ExecutableCache::load_from_disk(const std::string& key, uint
     return true;
   };
   uint64_t key_size = 0, size = 0, check = 0;
-  if (!read_hex(&key_size) || data.size() - pos < key_size || data.compare(pos, key_size, key) != 0) return nullptr;
+  if (!read_hex(&key_size) || data.size() - pos < key_size) return {};
+  if (expected_key && data.compare(pos, key_size, *expected_key) != 0) return {};
+  if (key_out) *key_out = data.substr(pos, key_size);
   pos += key_size;
-  if (!read_hex(&size) || !read_hex(&check) || data.size() - pos != size) return nullptr;
+  if (!read_hex(&size) || !read_hex(&check) || data.size() - pos != size) return {};
   std::string bytes = data.substr(pos);
-  if (fingerprint64(bytes) != check) return nullptr;
-  try {
-    return client_->deserialize(bytes);
-  } catch (const std::exception&) {
-    return nullptr;  // stale or foreign entry: recompile and overwrite
-  }
+  if (fingerprint64(bytes) != check) return {};
+  return bytes;
 }
 
 void ExecutableCache::store_to_disk(const std::string& key, uint64_t hash,
@@ -193,8 +355,11 @@ size_t ExecutableCache::clear_disk() {
   if (DIR* d = opendir(disk_dir_.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name.size() > 4 && (name.compare(name.size() - 4, 4, ".xla") == 0 || name.find(".xla.tmp.") != std::string::npos)) {
-        removed += std::remove((disk_dir_ + "/" + name).c_str()) == 0;
+      const bool entry = name.size() > 4 && (name.compare(name.size() - 4, 4, ".xla") == 0 ||
+                                             name.find(".xla.tmp.") != std::string::npos);
+      const bool session = name.compare(0, 8, "session-") == 0;
+      if (entry || session) {
+        removed += std::remove((disk_dir_ + "/" + name).c_str()) == 0 && entry;
       }
     }
     closedir(d);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <cstdint>
 #include <list>
@@ -15,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "csrc/pjrt/client.h"
 
@@ -27,14 +30,19 @@ struct CacheStats {
   int64_t entries = 0;
   int64_t evictions = 0;    // dropped from memory by the size bound
   double compile_seconds = 0;
+  double load_seconds = 0;  // spent loading from the persistent cache
+  int64_t preloaded = 0;    // loaded ahead of use (see start_preload)
 };
 
 class ExecutableCache {
  public:
   // `identity` names the plugin and its version; it is part of every key so
   // that a cache directory shared by several plugins stays correct.
+  // `session` names the workload (empty: none) for warm starts: the
+  // programs an earlier run of the same session used are loaded ahead.
   ExecutableCache(const pjrt::Client* client, std::string identity, std::string disk_dir,
-                  size_t capacity = 4096);
+                  size_t capacity = 4096, const std::string& session = {});
+  ~ExecutableCache();
 
   pjrt::ExecutablePtr get_or_compile(const std::string& program, const std::string& options);
   // The same, keyed by `key` instead of the program text: `program()` is
@@ -50,18 +58,36 @@ class ExecutableCache {
   const std::string& disk_dir() const { return disk_dir_; }
 
  private:
+  struct Entry {
+    pjrt::ExecutablePtr exe;
+    std::list<const std::string*>::iterator lru;
+  };
   pjrt::ExecutablePtr load_from_disk(const std::string& key, uint64_t hash);
+  // The executable bytes of disk entry `hash` (empty if missing, foreign or
+  // damaged); checks the key against `expected_key` or returns it.
+  std::string read_entry(uint64_t hash, const std::string* expected_key, std::string* key_out) const;
   void store_to_disk(const std::string& key, uint64_t hash, const pjrt::Executable& exe);
+  std::unordered_map<std::string, Entry>::iterator insert_locked(std::string key, pjrt::ExecutablePtr exe);
+  // Warm starts (see the .cpp): this process's session of disk entries.
+  void note_used(uint64_t hash);
+  void start_preload();
+  void write_session();
+  void write_session_locked();
+  void shutdown();
 
   const pjrt::Client* client_;
   std::string identity_;
   std::string disk_dir_;
   size_t capacity_;
   mutable std::mutex mu_;
-  struct Entry {
-    pjrt::ExecutablePtr exe;
-    std::list<const std::string*>::iterator lru;
-  };
+  std::condition_variable loaded_;  // an entry being preloaded arrived
+  std::unordered_set<std::string> inflight_;  // keys being preloaded
+  int preloading_ = 0;              // preloader threads running
+  std::atomic<bool> stop_{false};
+  std::mutex session_mu_;
+  std::string session_path_;
+  std::vector<uint64_t> session_;
+  std::unordered_set<uint64_t> session_seen_;
   std::unordered_map<std::string, Entry> entries_;
   std::list<const std::string*> lru_;  // keys of entries_, most recently used first
   CacheStats stats_;
@@ -69,5 +95,8 @@ class ExecutableCache {
 
 // 64-bit FNV-1a; stable across runs and builds (used for file names).
 uint64_t fingerprint64(const std::string& data);
+// A short cache key naming the program `text` (a strong hash of it), so
+// that eager ops look up their executable without hashing the text again.
+std::string program_key(const std::string& text);
 
 }  // namespace tpu::exec

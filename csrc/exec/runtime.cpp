@@ -113,7 +113,7 @@ Runtime::Runtime(const RuntimeConfig& config) {
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
-  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity);
+  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity, config.session);
   const std::string fuse = env("TORCH_TPU_DEFER_AND_FUSE");
   if (!fuse.empty() && fuse != "0") mode_ = ExecutionMode::Fused;
   const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");

@@ -22,6 +22,7 @@ struct RuntimeConfig {
   std::string plugin_path;        // TORCH_TPU_PJRT_PLUGIN wins over this
   int64_t cpu_device_count = 1;   // devices of the CPU plugin (TORCH_TPU_CPU_DEVICES)
   std::string cache_dir;          // persistent compile cache (TORCH_TPU_CACHE_DIR)
+  std::string session;            // names the workload for warm starts (ExecutableCache)
 };
 
 // Debug: wait for every program and surface its errors at the op that ran it.

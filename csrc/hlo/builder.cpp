@@ -185,11 +185,12 @@ std::string Builder::region(const std::vector<Type>& arg_types, const RegionBody
   return text;
 }
 
-std::string Builder::module(const std::vector<Value>& results) const {
+std::string Builder::module(const std::vector<Value>& results,
+                            const std::vector<std::pair<int, int>>& donations) const {
   std::string m;
   m.reserve(frames_[0].text.size() + 512);
   m += "module @tpu_program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  append_function(m, "func.func public @main", results, /*aliases=*/true);
+  append_function(m, "func.func public @main", results, donations);
   m += "}\n";
   return m;
 }
@@ -197,12 +198,12 @@ std::string Builder::module(const std::vector<Value>& results) const {
 std::string Builder::function(const std::string& name, const std::vector<Value>& results) const {
   std::string m;
   m.reserve(frames_[0].text.size() + 256);
-  append_function(m, "func.func private @" + name, results, /*aliases=*/false);
+  append_function(m, "func.func private @" + name, results, {});
   return m;
 }
 
 void Builder::append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
-                              bool aliases) const {
+                              const std::vector<std::pair<int, int>>& donations) const {
   m += "  ";
   m += head;
   m += "(";
@@ -211,8 +212,8 @@ void Builder::append_function(std::string& m, std::string_view head, const std::
     append_value(m, params_[i]);
     m += ": ";
     types_[params_[i].id].append_to(m);
-    for (const auto& [p, o] : aliases_) {
-      if (aliases && p == static_cast<int>(i)) {
+    for (const auto& [p, o] : donations) {
+      if (p == static_cast<int>(i)) {
         m += " {tf.aliasing_output = ";
         append_int(m, o);
         m += " : i32}";

@@ -44,13 +44,11 @@ class Builder {
   DType dtype(Value v) const { return type(v).dtype; }
   int64_t rank(Value v) const { return type(v).rank(); }
 
-  // Declare that parameter `param` may be donated to output `output`
-  // (emitted as the argument attribute tf.aliasing_output). Both must have
-  // the same type.
-  void alias(int param, int output) { aliases_.emplace_back(param, output); }
-
-  // The finished module returning `results`.
-  std::string module(const std::vector<Value>& results) const;
+  // The finished module returning `results`. Each (param, output) pair of
+  // `donations` lets the output reuse the parameter's buffer (the argument
+  // attribute tf.aliasing_output); both must have the same type.
+  std::string module(const std::vector<Value>& results,
+                     const std::vector<std::pair<int, int>>& donations = {}) const;
   // The program as a private function `@name` (no aliasing attributes), for
   // a module that calls it: fused eager composes recorded ops this way.
   std::string function(const std::string& name, const std::vector<Value>& results) const;
@@ -193,9 +191,8 @@ class Builder {
   std::deque<Type> types_;  // a deque: references stay valid as values are added
   std::unordered_set<int> broadcast_;  // values made by broadcast_in_dim (see div)
   std::vector<Value> params_;
-  std::vector<std::pair<int, int>> aliases_;
   void append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
-                       bool aliases) const;
+                       const std::vector<std::pair<int, int>>& donations) const;
   std::vector<Frame> frames_;
   int indent_ = 2;
 };

@@ -12,7 +12,7 @@ at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_defau
 Dims arg_shape(Context& c, size_t i) { return c.args.is_tensor(i) ? c.args.info(i).sizes : Dims{}; }
 
 ResultType& promote_arg(ResultType& r, Context& c, size_t i) {
-  return c.args.is_tensor(i) ? r.tensor(c.args.info(i)) : r.scalar(c.args.scalar(i));
+  return c.args.is_tensor(i) ? r.tensor(c.args.info(i)) : r.scalar_kind(c.args.scalar_kind(i));
 }
 
 Value operand(Context& c, size_t i, at::ScalarType t, const Dims& dims) {

@@ -232,9 +232,9 @@ std::vector<Value> addc(Context& c, bool divide_) {
   Value t1 = operand(c, 1, compute, shape);
   Value t2 = operand(c, 2, compute, shape);
   Value prod = divide_ ? b.div(t1, t2) : b.mul(t1, t2);
-  if (c.args.has(3) && !c.args.scalar(3).equal(1)) {
-    prod = b.mul(prod, splat(b, c.args.scalar_value(3, to_hlo(compute)), shape));
-  }
+  // Always scaled (exact for value 1): Adam's step sizes change every step,
+  // and a runtime operand keeps one program for all of them.
+  if (c.args.has(3)) prod = b.mul(prod, splat(b, c.args.scalar_value(3, to_hlo(compute)), shape));
   return one(cast(b, b.add(operand(c, 0, compute, shape), prod), t));
 }
 

@@ -40,7 +40,15 @@ class ElementArgs final : public Args {
   std::vector<c10::Scalar> scalars(size_t i) const override { return p_.scalars(i); }
   bool is_tensor_list(size_t i) const override { return false; }
   bool is_scalar_list(size_t i) const override { return false; }
-  Value scalar_value(size_t i, DType dtype) override { return p_.runtime_scalar(scalar(i), dtype); }
+  size_t list_size(size_t i) const override { return p_.list_size(i); }
+  at::ScalarType scalar_kind(size_t i) const override {
+    return p_.is_scalar_list(i) ? p_.element_kind(i, k_) : p_.scalar_kind(i);
+  }
+  at::ScalarType element_kind(size_t i, size_t k) const override { return p_.element_kind(i, k); }
+  Value scalar_value(size_t i, DType dtype) override {
+    return p_.is_scalar_list(i) ? p_.element_value(i, k_, dtype) : p_.scalar_value(i, dtype);
+  }
+  Value element_value(size_t i, size_t k, DType dtype) override { return p_.element_value(i, k, dtype); }
   Value runtime_scalar(const c10::Scalar& s, DType dtype) override { return p_.runtime_scalar(s, dtype); }
   Value rng_key(size_t i) override { return p_.rng_key(i); }
   void assign(size_t i, Value v) override { p_.assign(i, v); }
@@ -81,8 +89,8 @@ std::vector<Value> lower_foreach(Context& c) {
   }
   for (size_t i = 0; i < c.args.size(); ++i) {
     if (c.args.is_scalar_list(i)) {
-      TORCH_CHECK(c.args.scalars(i).size() == n, "Tensor list must have same number of elements as scalar list, got ",
-                  n, " and ", c.args.scalars(i).size());
+      TORCH_CHECK(c.args.list_size(i) == n, "Tensor list must have same number of elements as scalar list, got ",
+                  n, " and ", c.args.list_size(i));
     }
   }
   std::vector<Value> out;
@@ -170,8 +178,7 @@ std::vector<Value> fused_adam(Context& c, bool adamw) {
     auto num = [&](double v) { return b.full(v, ct, shape); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
     Value m = b.convert(avgs[k], ct), v = b.convert(sqs[k], ct);
-    Value lr = full(c.args.is_tensor(6) ? b.reshape(b.convert(c.args.tensor(6), ct), {})
-                                        : c.args.runtime_scalar(c.args.double_(6), ct));
+    Value lr = full(c.args.is_tensor(6) ? b.reshape(b.convert(c.args.tensor(6), ct), {}) : c.args.scalar_value(6, ct));
     if (maximize) g = b.neg(g);
     if (c.args.has(13)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(13), ct), {})));
     Value p0 = p;
@@ -225,8 +232,7 @@ std::vector<Value> fused_sgd(Context& c) {
     const Dims& shape = pinfo[k].sizes;
     auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
-    Value lr = full(c.args.is_tensor(5) ? b.reshape(b.convert(c.args.tensor(5), ct), {})
-                                        : c.args.runtime_scalar(c.args.double_(5), ct));
+    Value lr = full(c.args.is_tensor(5) ? b.reshape(b.convert(c.args.tensor(5), ct), {}) : c.args.scalar_value(5, ct));
     if (maximize) g = b.neg(g);
     if (c.args.has(10)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(10), ct), {})));
     if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));

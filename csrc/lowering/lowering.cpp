@@ -116,8 +116,8 @@ ResultType& ResultType::tensor(const TensorInfo& info) {
   return *this;
 }
 
-ResultType& ResultType::scalar(const c10::Scalar& s) {
-  wrapped_ = promote_skip_undefined(wrapped_, wrapped_type(s.type()));
+ResultType& ResultType::scalar_kind(at::ScalarType kind) {
+  wrapped_ = promote_skip_undefined(wrapped_, wrapped_type(kind));
   return *this;
 }
 

@@ -65,7 +65,11 @@ class Args {
   virtual std::vector<Value> tensors(size_t i) = 0;
   virtual std::vector<TensorInfo> infos(size_t i) = 0;
 
-  // Host values.
+  // Host values. Reading a number's value (double_, scalar, doubles,
+  // scalars) makes the op's program specific to that value: eager mode
+  // reuses a program only for calls with the same values (see
+  // aten/op_memo.h). Numbers that only feed the computation should go
+  // through scalar_value instead, and type promotion needs only scalar_kind.
   virtual int64_t int_(size_t i) const = 0;
   virtual std::vector<int64_t> ints(size_t i) const = 0;
   virtual double double_(size_t i) const = 0;
@@ -79,10 +83,18 @@ class Args {
   // Tensor[] / Tensor?[] and Scalar[] arguments.
   virtual bool is_tensor_list(size_t i) const = 0;
   virtual bool is_scalar_list(size_t i) const = 0;
+  // The number of entries of a list argument.
+  virtual size_t list_size(size_t i) const = 0;
+  // The kind of number (kLong, kDouble, kComplexDouble, kBool) a Scalar
+  // argument holds, or entry k of a Scalar[] argument, without its value.
+  virtual at::ScalarType scalar_kind(size_t i) const = 0;
+  virtual at::ScalarType element_kind(size_t i, size_t k) const = 0;
 
   // A Scalar argument as a rank-0 program value of `dtype`: a runtime operand
   // in eager mode, so that a changing learning rate does not recompile.
   virtual Value scalar_value(size_t i, DType dtype) = 0;
+  // The same for entry k of a Scalar[] argument.
+  virtual Value element_value(size_t i, size_t k, DType dtype) = 0;
   // Any host number as a runtime rank-0 operand of `dtype`.
   virtual Value runtime_scalar(const c10::Scalar& s, DType dtype) = 0;
 
@@ -178,7 +190,9 @@ at::ScalarType opmath_type(at::ScalarType t);
 class ResultType {
  public:
   ResultType& tensor(const TensorInfo& info);
-  ResultType& scalar(const c10::Scalar& s);
+  ResultType& scalar(const c10::Scalar& s) { return scalar_kind(s.type()); }
+  // A Scalar of this kind (kLong, kDouble, ...): its value does not matter.
+  ResultType& scalar_kind(at::ScalarType kind);
   at::ScalarType get() const;
 
  private:

@@ -20,8 +20,7 @@ TEST(Builder, GoldenModule) {
   Value x = b.param({DType::F32, {2, 3}});
   Value y = b.param({DType::F32, {3}});
   Value s = b.add(x, b.broadcast_to(y, {2, 3}));
-  b.alias(0, 0);
-  const std::string m = b.module({s});
+  const std::string m = b.module({s}, {{0, 0}});
   const std::string want =
       "module @tpu_program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n"
       "  func.func public @main(%v0: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}, %v1: tensor<3xf32>) "
@@ -33,6 +32,8 @@ TEST(Builder, GoldenModule) {
       "  }\n"
       "}\n";
   EXPECT_EQ(m, want);
+  // Without donations the parameter carries no attribute.
+  EXPECT_EQ(b.module({s}).find("tf.aliasing_output"), std::string::npos);
 }
 
 TEST(Builder, ConstantsAreExact) {

@@ -18,6 +18,7 @@ x = torch.arange(12.0, device='tpu').reshape(3, 4)
 y = ((x.t() @ x).sum(0) * 0.5 - 1).exp().log()
 s = torch_tpu.cache_stats()
 print(json.dumps({"y": y.cpu().tolist(), "misses": s["misses"], "disk_hits": s["disk_hits"],
+                  "preloaded": s["preloaded"],
                   "entries": s["entries"], "evictions": s["evictions"], "dir": s["dir"]}))
 """
 EXPECTED = (((torch.arange(12.0).reshape(3, 4).t() @ torch.arange(12.0).reshape(3, 4)).sum(0) * 0.5 - 1)
@@ -75,7 +76,35 @@ def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
     # The recompiled entries replaced the damaged ones.
     third = _run(env)
     _check(third)
-    assert third["misses"] == 0 and third["disk_hits"] == first["misses"]
+    assert third["misses"] == 0 and third["disk_hits"] + third["preloaded"] == first["misses"]
+
+
+def test_a_process_like_an_earlier_one_preloads_its_programs(tmp_path):
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_SESSION": None}
+    first = _run(env)
+    lists = [p for p in tmp_path.iterdir() if p.name.startswith("session-")]
+    assert len(lists) == 1 and len(lists[0].read_text().split()) == first["misses"]
+    second = _run(env)
+    _check(second)
+    # The same command again: its programs were loaded ahead from the start
+    # of the device (or when needed, had the preloader not reached them yet).
+    assert second["misses"] == 0 and second["preloaded"] >= 1
+    assert second["disk_hits"] + second["preloaded"] == first["misses"]
+    # A damaged list or missing entries only mean fewer preloads.
+    lists[0].write_text("garbage\n" + "0123456789abcdef\n" * 3 + lists[0].read_text()[:10])
+    third = _run(env)
+    _check(third)
+    assert third["misses"] == 0
+    for p in tmp_path.iterdir():
+        if p.suffix == ".xla":
+            p.unlink()
+    fourth = _run(env)
+    _check(fourth)
+    assert fourth["misses"] == first["misses"] and fourth["preloaded"] == 0
+    # TORCH_TPU_SESSION=0: no session, no preloading
+    off = _run(dict(env, TORCH_TPU_SESSION="0"))
+    _check(off)
+    assert off["preloaded"] == 0 and off["disk_hits"] == first["misses"]
 
 
 def test_concurrent_processes_share_one_directory(tmp_path):
@@ -90,7 +119,7 @@ def test_concurrent_processes_share_one_directory(tmp_path):
         _check(json.loads(out.strip().splitlines()[-1]))
     assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]  # no leftovers
     after = _run({"TORCH_TPU_CACHE_DIR": str(tmp_path)})
-    assert after["misses"] == 0 and after["disk_hits"] > 0
+    assert after["misses"] == 0 and after["disk_hits"] + after["preloaded"] > 0
 
 
 def test_clear_cache_in_memory_and_on_disk(tmp_path):

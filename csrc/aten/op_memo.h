@@ -1,0 +1,76 @@
+// The op memo: an op's program is built once per signature.
+//
+// Building an eager op's program (running the lowering, emitting its text,
+// hashing it) costs tens of microseconds; a small op runs in a few. The
+// program depends only on the op's signature:
+//   - the op, each tensor's device, dtype, sizes, strides, whether its
+//     storage offset is zero, conjugate/negative bits, which tensors share a
+//     storage, and each storage's size and current value type;
+//   - the values of integer, boolean, string, device and similar arguments;
+//   - the values of the floating-point numbers and CPU scalar tensors that
+//     the lowering read on the host (lowering::Args tracks them).
+// Numbers that a lowering only passes on as runtime operands (a learning
+// rate, the 0.5 of x * 0.5, a view's storage offset) are not part of it: the plan records which
+// argument each operand comes from, and every call binds its own values.
+// A plan whose lowering waited for device data (nonzero) is never kept.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "csrc/aten/eager.h"
+
+namespace tpu {
+
+class OpSignature {
+ public:
+  // `op` names the operation (any address that stays valid), `mode` adds a
+  // byte of global state its program depends on (matmul precision).
+  OpSignature(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args);
+
+  // Whether the arguments can be described (no exotic argument kinds).
+  bool memoizable() const { return memoizable_; }
+  const std::string& key() const { return key_; }
+
+  // Storage groups: the distinct storages of the tpu tensor arguments, in
+  // order of first appearance; -1 for a storage not among them.
+  int group_of(const c10::StorageImpl* storage) const;
+  const at::Tensor& group_tensor(int group) const { return *first_[group]; }
+
+ private:
+  void add(const c10::IValue& v);
+  void add_tensor(const at::Tensor& t);
+
+  std::string key_;
+  bool memoizable_ = true;
+  std::vector<const c10::StorageImpl*> storages_;
+  std::vector<const at::Tensor*> first_;  // into the arguments
+  std::unordered_map<const c10::StorageImpl*, int> index_;  // of storages_, once there are many
+};
+
+// The plan built for this signature and these number values, if any.
+std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
+// Keep `plan`, built for `args`, whose lowering read the numbers of the
+// arguments marked in `read`.
+void keep_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const std::vector<bool>& read,
+               std::shared_ptr<const ProgramPlan> plan);
+
+// TORCH_TPU_OP_MEMO=0 (or set_op_memo(false)) builds every op's program
+// anew: for debugging the memo.
+bool op_memo_enabled();
+void set_op_memo(bool enabled);
+
+struct OpMemoStats {
+  int64_t built = 0;   // programs built by running a lowering
+  int64_t reused = 0;  // calls that ran a kept plan
+  int64_t plans = 0;   // plans kept now
+};
+OpMemoStats op_memo_stats();
+void count_built_program();
+
+}  // namespace tpu
