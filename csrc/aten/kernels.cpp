@@ -461,17 +461,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   const lowering::MatmulPrecision precision = matmul_precision();
-  std::optional<OpSignature> sig;
-  if (op_memo_enabled()) {
-    sig.emplace(&e, static_cast<uint8_t>(precision), args);
-    if (!sig->memoizable()) sig.reset();
-  }
-  if (sig) {
-    if (std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, args)) {
-      BoundProgram bound = bind_plan(*plan, *sig, args, device);
-      return push_returns(stack, schema, e, args, launch(*plan, bound, device));
-    }
-  }
+  const std::optional<OpSignature> sig = signature_for(&e, static_cast<uint8_t>(precision), args);
+  if (auto results = run_kept_plan(sig, args, device)) return push_returns(stack, schema, e, args, std::move(*results));
 
   EagerProgram p(device, sig ? &*sig : nullptr);
   std::optional<at::ScalarType> out_dtype;

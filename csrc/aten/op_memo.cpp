@@ -191,6 +191,23 @@ void OpSignature::add_tensor(const at::Tensor& t) {
   }
 }
 
+std::optional<OpSignature> signature_for(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args) {
+  std::optional<OpSignature> sig;
+  if (!op_memo_enabled()) return sig;
+  sig.emplace(op, mode, args);
+  if (!sig->memoizable()) sig.reset();
+  return sig;
+}
+
+std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSignature>& sig,
+                                                     c10::ArrayRef<c10::IValue> args, int device) {
+  if (!sig) return std::nullopt;
+  std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, args);
+  if (!plan) return std::nullopt;
+  BoundProgram bound = bind_plan(*plan, *sig, args, device);
+  return launch(*plan, bound, device);
+}
+
 std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto node = g_nodes.find(sig.key());

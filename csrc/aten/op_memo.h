@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,6 +53,13 @@ class OpSignature {
   std::vector<const at::Tensor*> first_;  // into the arguments
   std::unordered_map<const c10::StorageImpl*, int> index_;  // of storages_, once there are many
 };
+
+// The signature of a call, or none when the memo is off or the arguments
+// cannot be described.
+std::optional<OpSignature> signature_for(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args);
+// Runs the plan kept for this call, if there is one; its results.
+std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSignature>& sig,
+                                                     c10::ArrayRef<c10::IValue> args, int device);
 
 // The plan built for this signature and these number values, if any.
 std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);

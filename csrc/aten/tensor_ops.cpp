@@ -61,19 +61,9 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   // like those of lowered ops.
   static const char kCopy = 0;
   const c10::IValue operands[2] = {src, dst};
-  std::optional<OpSignature> sig;
-  if (op_memo_enabled()) {
-    sig.emplace(&kCopy, 0, operands);
-    if (!sig->memoizable()) sig.reset();
-  }
+  const std::optional<OpSignature> sig = signature_for(&kCopy, 0, operands);
   const int device = tpu_index(dst);
-  if (sig) {
-    if (std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, operands)) {
-      BoundProgram bound = bind_plan(*plan, *sig, operands, device);
-      launch(*plan, bound, device);
-      return;
-    }
-  }
+  if (run_kept_plan(sig, operands, device)) return;
   EagerProgram p(device, sig ? &*sig : nullptr);
   hlo::Builder& b = p.builder();
   Value v = b.convert(p.input(src, {0, -1}), to_hlo(dst.scalar_type()));
