@@ -137,6 +137,12 @@ exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device
   return {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device)), nullptr, type};
 }
 
+// The argument (or list entry) a parameter source names.
+const c10::IValue& arg_at(c10::ArrayRef<c10::IValue> args, const ParamSource& src) {
+  const c10::IValue& a = args[src.index];
+  return src.element >= 0 ? a.toListRef()[src.element] : a;
+}
+
 std::vector<pjrt::c::PJRT_Buffer*> raw_args(std::vector<exec::ProgramArg>& args) {
   std::vector<pjrt::c::PJRT_Buffer*> raw;
   raw.reserve(args.size());
@@ -198,12 +204,15 @@ const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) 
   return variants_.back();
 }
 
-std::vector<at::Tensor> launch(const ProgramPlan& plan, BoundProgram& bound, int device) {
+std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, BoundProgram& bound, int device) {
+  const ProgramPlan& plan = *kept;
   auto& rt = exec::Runtime::get();
   if (rt.mode() == exec::ExecutionMode::Fused) {
     exec::DeferredGraph& graph = rt.graph(device);
+    // The function's text is made only if the graph must be compiled.
     std::vector<exec::DeferredPtr> outs = graph.record(
-        plan.name, [&] { return plan.builder->function(plan.name, plan.outputs); }, bound.args, plan.output_types);
+        plan.name, [kept] { return kept->builder->function(kept->name, kept->outputs); }, bound.args,
+        plan.output_types);
     bound.args.clear();  // the graph holds what it needs
     return deliver(
         plan, bound, outs,
@@ -243,8 +252,7 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         break;
       }
       case ParamSource::Kind::Arg: {
-        const c10::IValue& a = args[src.index];
-        c10::Scalar s = number_of(src.element >= 0 ? a.toListRef()[src.element] : a);
+        c10::Scalar s = number_of(arg_at(args, src));
         if (src.part >= 0) s = src.part == 0 ? s.toComplexDouble().real() : s.toComplexDouble().imag();
         bound.args.push_back(scalar_operand(src.dtype, scalar_bits(s, src.dtype), device));
         break;
@@ -253,9 +261,8 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         bound.args.push_back(scalar_operand(src.dtype, src.bits, device));
         break;
       case ParamSource::Kind::Offset: {
-        const c10::IValue& a = args[src.index];
-        const at::Tensor& t = (src.element >= 0 ? a.toListRef()[src.element] : a).toTensor();
-        bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(t.storage_offset()), device));
+        const int64_t offset = arg_at(args, src).toTensor().storage_offset();
+        bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(offset), device));
         break;
       }
       case ParamSource::Kind::Rng: {
@@ -461,7 +468,7 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
 
 std::vector<at::Tensor> EagerProgram::run() {
   TORCH_CHECK(plan_, "torch_tpu internal error: EagerProgram::run before finish");
-  return launch(*plan_, bound_, device_);
+  return launch(plan_, bound_, device_);
 }
 
 }  // namespace tpu

@@ -79,7 +79,7 @@ struct BoundProgram {
 
 // Run (or, in fused eager, record) `plan` on `bound`; returns the op's
 // results as new tensors and swaps the written storages' values.
-std::vector<at::Tensor> launch(const ProgramPlan& plan, BoundProgram& bound, int device);
+std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& plan, BoundProgram& bound, int device);
 
 // Bind `plan` to the arguments of another call with the same signature.
 BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device);

@@ -205,7 +205,7 @@ std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSigna
   std::shared_ptr<const ProgramPlan> plan = find_plan(*sig, args);
   if (!plan) return std::nullopt;
   BoundProgram bound = bind_plan(*plan, *sig, args, device);
-  return launch(*plan, bound, device);
+  return launch(plan, bound, device);
 }
 
 std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args) {

@@ -14,23 +14,6 @@ std::atomic<int64_t> g_flushes{0};
 
 void append_type(std::string& out, const hlo::Type& t) { t.append_to(out); }
 
-// Function texts by name (the fingerprint of their program), kept across
-// flushes: a training loop records the same programs every step, and their
-// text is only needed when a graph misses the executable cache.
-std::shared_ptr<const std::string> known_function(const std::string& name,
-                                                  const std::function<std::string()>& make) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, std::shared_ptr<const std::string>> texts;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = texts.find(name);
-    if (it != texts.end()) return it->second;
-  }
-  auto text = std::make_shared<const std::string>(make());
-  std::lock_guard<std::mutex> lock(mu);
-  if (texts.size() > 50000) texts.clear();  // bounded; graphs hold what they use
-  return texts.emplace(name, std::move(text)).first->second;
-}
 }  // namespace
 
 pjrt::BufferPtr DeferredValue::resolve() {
@@ -79,10 +62,7 @@ std::vector<DeferredPtr> DeferredGraph::record(const std::string& name,
   call.results = results;
   call.args.reserve(args.size());
   for (const ProgramArg& a : args) call.args.push_back(ref_for(a));
-  if (functions_.find(name) == functions_.end()) {
-    functions_.emplace(name, known_function(name, function_text));
-    function_order_.push_back(name);
-  }
+  if (functions_.emplace(name, function_text).second) function_order_.push_back(name);
   const int index = static_cast<int>(calls_.size());
   calls_.push_back(std::move(call));
   std::vector<DeferredPtr> out;
@@ -129,7 +109,7 @@ void DeferredGraph::flush_locked() {
   calls.swap(calls_);
   std::vector<std::string> order;
   order.swap(function_order_);
-  std::unordered_map<std::string, std::shared_ptr<const std::string>> functions;
+  std::unordered_map<std::string, std::function<std::string()>> functions;
   functions.swap(functions_);
   std::vector<std::weak_ptr<DeferredValue>> produced;
   produced.swap(produced_);
@@ -203,7 +183,7 @@ void DeferredGraph::flush_locked() {
   auto build_text = [&] {
     std::string text;
     text += "module @tpu_fused attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-    for (const std::string& name : order) text += *functions[name];
+    for (const std::string& name : order) text += functions[name]();
     text += "  func.func public @main(";
     for (size_t i = 0; i < params.size(); ++i) {
       if (i) text += ", ";

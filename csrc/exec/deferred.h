@@ -69,7 +69,8 @@ class DeferredGraph {
   // Records the program `function_text` (a private function named `name`,
   // see hlo::Builder::function) applied to `args`; returns its results.
   // Runs the graph once it holds `max_programs()` programs.
-  // `function_text` is called only if the graph does not hold `name` yet.
+  // `function_text` is called only if the graph's program must be compiled
+  // (the executable cache misses), so it must stay valid until then.
   std::vector<DeferredPtr> record(const std::string& name, const std::function<std::string()>& function_text,
                                   const std::vector<ProgramArg>& args, const std::vector<hlo::Type>& results);
   // A device-side check (rank-0 pred) verified after the graph ran.
@@ -110,7 +111,7 @@ class DeferredGraph {
   std::unordered_map<int, std::weak_ptr<DeferredValue>> successors_;  // by parameter
   std::vector<Call> calls_;
   std::vector<std::string> function_order_;
-  std::unordered_map<std::string, std::shared_ptr<const std::string>> functions_;
+  std::unordered_map<std::string, std::function<std::string()>> functions_;  // texts, made on a miss
   std::vector<std::weak_ptr<DeferredValue>> produced_;
   std::vector<std::pair<DeferredPtr, std::string>> checks_;
 };
