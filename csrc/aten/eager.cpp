@@ -1,5 +1,6 @@
 #include "csrc/aten/eager.h"
 
+#include <ATen/native/Resize.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -242,6 +243,10 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
 }
 
 BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {
+  for (const ProgramPlan::Resize& r : plan.resizes) {
+    const c10::IValue& a = args[r.arg];
+    at::native::resize_output((r.element >= 0 ? a.toListRef()[r.element] : a).toTensor(), r.sizes);
+  }
   BoundProgram bound;
   bound.args.reserve(plan.params.size());
   for (const ParamSource& src : plan.params) {
@@ -458,12 +463,21 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
   std::snprintf(name, sizeof(name), "op_%016llx", static_cast<unsigned long long>(plan->fingerprint));
   plan->name = name;
   plan->params = std::move(sources_);
+  plan->resizes = std::move(resizes_);
   plan->replayable = replayable_;
   plan->builder = b_;
   bound_.args = std::move(args_);
   plan_ = plan;
   count_built_program();
   return plan;
+}
+
+void EagerProgram::resized(ArgPosition pos, std::vector<int64_t> sizes) {
+  if (pos.arg < 0) {
+    not_replayable();
+    return;
+  }
+  resizes_.push_back({pos.arg, pos.element, std::move(sizes)});
 }
 
 std::vector<at::Tensor> EagerProgram::run() {

@@ -53,6 +53,13 @@ struct ProgramPlan {
   std::vector<std::string> checks;      // messages of the device-side checks
   std::vector<std::pair<int, int>> donations;  // (param, output) pairs that may share a buffer
   std::vector<ParamSource> params;
+  // out= tensors resized to their results' shapes before the program runs
+  // (the signature fixes both the old and the new shape).
+  struct Resize {
+    int arg = -1, element = -1;
+    std::vector<int64_t> sizes;
+  };
+  std::vector<Resize> resizes;
   std::string text;                     // the module, without donations
   uint64_t fingerprint = 0;             // of text
   std::string name;                     // "op_<fingerprint>": the function fused eager records
@@ -81,7 +88,8 @@ struct BoundProgram {
 // results as new tensors and swaps the written storages' values.
 std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& plan, BoundProgram& bound, int device);
 
-// Bind `plan` to the arguments of another call with the same signature.
+// Bind `plan` to the arguments of another call with the same signature
+// (resizing its out= tensors as the plan's first call did).
 BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device);
 
 // The value of storage `s` as a program operand: deferred values stay in
@@ -130,6 +138,8 @@ class EagerProgram {
   // This program cannot run again for other arguments (its parameters
   // depend on something the signature does not describe).
   void not_replayable() { replayable_ = false; }
+  // The out= tensor at `pos` was resized to `sizes` (a replay resizes it too).
+  void resized(ArgPosition pos, std::vector<int64_t> sizes);
 
  private:
   struct Slot {
@@ -157,6 +167,7 @@ class EagerProgram {
   std::deque<Slot> slots_;  // stable references
   std::vector<std::pair<hlo::Value, std::string>> checks_;
   bool replayable_ = true;
+  std::vector<ProgramPlan::Resize> resizes_;
   std::shared_ptr<const ProgramPlan> plan_;
   BoundProgram bound_;
 };

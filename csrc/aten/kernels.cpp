@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -42,9 +43,12 @@ std::unordered_map<c10::OperatorName, Entry>& entries() {
   return *m;
 }
 
-torch::Library& aten_library() {
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                                        __FILE__, __LINE__);
+// The PrivateUse1 kernels of namespace `ns` ("aten", or "torch_tpu" for our
+// own ops). Called under g_entries_mu.
+torch::Library& library_for(const std::string& ns) {
+  static auto* libs = new std::map<std::string, std::unique_ptr<torch::Library>>();
+  auto& lib = (*libs)[ns];
+  if (!lib) lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   return *lib;
 }
 
@@ -390,6 +394,7 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosi
     TORCH_CHECK(!inplace, "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
                 lowering::dims_string(b.dims(v)));
     at::native::resize_output(dst, b.dims(v));
+    p.resized(pos, b.dims(v));
   }
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a "
@@ -504,11 +509,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
                   " returned ", results.size(), " results for ", dsts.size(), " outputs");
       for (size_t k = 0; k < dsts.size(); ++k) {
-        // An out= tensor resized to the result's shape: the signature
-        // described it before.
-        at::Tensor& dst = dsts[k].tensor;
-        if (dst.sizes().vec() != p.builder().dims(results[k])) p.not_replayable();
-        write_back(p, dst, results[k], e.kind == VariantKind::Inplace, dsts[k].pos);
+        write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos);
       }
     }
   }
@@ -523,19 +524,19 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void register_variant(const std::string& variant, const std::string& functional, VariantKind kind) {
   lowering::LoweringFn fn = lowering::find_lowering(functional);
   TORCH_CHECK(fn != nullptr, "torch_tpu: no lowering named ", functional);
+  // "ns::name.overload" (no namespace: aten) -> namespace, operator name.
   auto split = [](const std::string& full) {
-    auto ns = full.find("::");
-    std::string name = ns == std::string::npos ? full : full.substr(ns + 2);
-    auto dot = name.find('.');
-    return std::make_pair(dot == std::string::npos ? name : name.substr(0, dot),
-                          dot == std::string::npos ? std::string() : name.substr(dot + 1));
+    const auto colons = full.find("::");
+    const std::string ns = colons == std::string::npos ? "aten" : full.substr(0, colons);
+    const std::string name = colons == std::string::npos ? full : full.substr(colons + 2);
+    const auto dot = name.find('.');
+    c10::OperatorName op(ns + "::" + name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+    return std::make_pair(ns, op);
   };
-  auto [vname, voverload] = split(variant);
-  c10::OperatorName opname("aten::" + vname, voverload);
+  auto [ns, opname] = split(variant);
   auto handle = c10::Dispatcher::singleton().findSchema(opname);
   TORCH_CHECK(handle.has_value(), "torch_tpu: unknown op ", variant);
-  auto [fname, foverload] = split(functional);
-  auto fhandle = c10::Dispatcher::singleton().findSchema(c10::OperatorName("aten::" + fname, foverload));
+  auto fhandle = c10::Dispatcher::singleton().findSchema(split(functional).second);
   TORCH_CHECK(fhandle.has_value(), "torch_tpu: unknown op ", functional);
 
   Entry e;
@@ -555,11 +556,10 @@ void register_variant(const std::string& variant, const std::string& functional,
       }
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(g_entries_mu);
-    if (!entries().emplace(opname, std::move(e)).second) return;  // already registered
-  }
-  aten_library().impl(variant.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+  std::lock_guard<std::mutex> lock(g_entries_mu);
+  if (!entries().emplace(opname, std::move(e)).second) return;  // already registered
+  const std::string schema_name = opname.name.substr(ns.size() + 2) + (opname.overload_name.empty() ? "" : "." + opname.overload_name);
+  library_for(ns).impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {

@@ -1,7 +1,11 @@
 // Kernels of the tpu device that are not lowerings: factories, metadata-only
-// views, resizing, storage swaps and copies. Lowered ops are registered at
+// views, resizing, storage swaps, copies, and the choice of attention kernel. Lowered ops are registered at
 // import time by torch_tpu (see kernels.cpp); everything else reaches the
 // fallback, which raises unless the CPU fallback is on.
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -34,9 +38,66 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
          (dense(self) && dense(from));
 }
 
+// scaled_dot_product_attention's backend on tpu: one fused program per
+// direction ("overrideable": torch_tpu::_sdpa_forward and the overrideable
+// backward, lowering/attention.cpp) where those cover the call, otherwise
+// PyTorch's math decomposition (dropout, grouped-query heads, broadcast
+// batch dims, nested tensors), which also raises PyTorch's errors.
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> /*scale*/, bool /*enable_gqa*/) {
+  const auto math = static_cast<int64_t>(at::SDPBackend::math);
+  if (!at::globalContext().userEnabledOverrideableSDP()) return math;
+  const int64_t n = q.dim();
+  if (q.is_nested() || k.is_nested() || v.is_nested() || n < 2 || k.dim() != n || v.dim() != n) return math;
+  if (dropout_p > 0.0 || (is_causal && mask.has_value() && mask->defined())) return math;
+  const at::ScalarType t = q.scalar_type();
+  if (!c10::isFloatingType(t) || k.scalar_type() != t || v.scalar_type() != t) return math;
+  const auto lead = q.sizes().slice(0, n - 2);
+  if (k.sizes().slice(0, n - 2) != lead || v.sizes().slice(0, n - 2) != lead || k.size(-1) != q.size(-1) ||
+      v.size(-2) != k.size(-2)) {
+    return math;
+  }
+  if (mask.has_value() && mask->defined()) {
+    const at::Tensor& m = *mask;
+    if ((m.scalar_type() != at::kBool && m.scalar_type() != t) || m.dim() > n) return math;
+    const std::vector<int64_t> scores{q.size(-2), k.size(-2)};
+    for (int64_t i = 1; i <= m.dim(); ++i) {
+      const int64_t want = i <= 2 ? scores[2 - i] : q.size(-i);
+      if (m.size(-i) != 1 && m.size(-i) != want) return math;
+    }
+  }
+  return static_cast<int64_t>(at::SDPBackend::overrideable);
+}
+
+// The overrideable forward: our op computes the output and the logsumexp the
+// backward needs; the rest (sequence offsets, dropout seeds, debug mask)
+// belongs to other kernels and stays undefined.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
+sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& bias,
+                  double dropout_p, bool is_causal, bool return_debug_mask, std::optional<double> scale) {
+  TORCH_CHECK(dropout_p == 0.0 && !return_debug_mask,
+              "_scaled_dot_product_fused_attention_overrideable on tpu: dropout and the debug mask are not "
+              "supported (dropout_p=", dropout_p, "); scaled_dot_product_attention runs the math backend for them");
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_tpu::_sdpa_forward", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                        const at::Tensor&, const std::optional<at::Tensor>&,
+                                                                        bool, std::optional<double>)>();
+  auto [out, lse] = op.call(q, k, v, bias, is_causal, scale);
+  return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2), at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
 }  // namespace
 
+TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
+  m.def("_sdpa_forward(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, bool is_causal, float? scale) "
+        "-> (Tensor, Tensor)");
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
@@ -61,6 +122,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace tpu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &tpu::fused_sdp_choice)
+}  // namespace at::native
 
 namespace tpu {
 

@@ -197,13 +197,43 @@ def test_memo_off_matches_memo_on():
         assert torch.equal(a, b) and torch.equal(b, c)
 
 
-def test_out_variant_resized_output():
-    for _ in range(2):
-        x = torch.randn(5, device="tpu")
+def test_out_variant_resized_output_is_replayed():
+    # out= tensors of the wrong shape are resized to the result's (the
+    # signature fixes both shapes), so the program is reused.
+    xc = make((5,), torch.float32, seed=3)
+    x = xc.to("tpu")
+
+    def add_into_empty(v):
         out = torch.empty(0, device="tpu")
-        torch.add(x, 1, out=out)
+        torch.add(x, v, out=out)
+        return out
+
+    add_into_empty(1.0)
+    outs = []
+    built, reused = built_and_reused(lambda: outs.extend(add_into_empty(v) for v in (1.0, -2.5)))
+    assert built == 0 and reused == 2
+    for v, out in zip((1.0, -2.5), outs):
         assert out.shape == (5,)
-        assert_same(out, x.cpu() + 1)
+        assert_same(out, xc + v)
+    # a view of a larger tensor written in place is not resized
+    big = torch.zeros(2, 5, device="tpu")
+    for _ in range(2):
+        torch.add(x, 1.0, out=big[1])
+    assert_same(big, torch.stack([torch.zeros(5), xc + 1]))
+    # factories that fill an out= tensor: arange's length comes from its numbers
+    torch.arange(4, device="tpu")
+    built, reused = built_and_reused(lambda: torch.arange(4, device="tpu"))
+    assert built == 0 and reused == 1
+    for end in (4, 7, 4):
+        assert torch.equal(torch.arange(end, device="tpu").cpu(), torch.arange(end))
+        assert torch.equal(torch.arange(0.5, end, 0.25, device="tpu").cpu(), torch.arange(0.5, end, 0.25))
+    # a non-empty out= of another shape is resized too (PyTorch warns)
+    for _ in range(2):
+        out = torch.ones(2, 2, device="tpu")
+        with pytest.warns(UserWarning, match="resized"):
+            torch.mul(x, 2.0, out=out)
+        assert out.shape == (5,)
+        assert_same(out, xc * 2.0)
 
 
 def test_errors_still_raised_on_reuse():
