@@ -165,12 +165,13 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
   std::vector<at::Tensor> results;
   results.reserve(plan.results.size());
   size_t next = 0;
-  for (int r : plan.results) {
+  for (size_t k = 0; k < plan.results.size(); ++k) {
+    const int r = plan.results[k];
     if (r < 0) {
       results.emplace_back();
       continue;
     }
-    results.push_back(make_tensor(outs[r], plan.output_types[r]));
+    results.push_back(make_tensor(outs[r], plan.output_types[r], plan.result_sizes[k]));
     ++next;
   }
   for (size_t k = 0; k < plan.written.size(); ++k, ++next) {
@@ -217,7 +218,9 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
     bound.args.clear();  // the graph holds what it needs
     return deliver(
         plan, bound, outs,
-        [&](const exec::DeferredPtr& d, const Type& t) { return tensor_from_deferred(d, to_aten(t.dtype), device); },
+        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes) {
+          return tensor_from_deferred(d, sizes, to_aten(t.dtype), device);
+        },
         [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&) {
           if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
           s.set_deferred(d);
@@ -237,7 +240,9 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device);
   return deliver(
       plan, bound, outs,
-      [&](const pjrt::BufferPtr& b, const Type& t) { return tensor_from_buffer(b, t, to_aten(t.dtype), device); },
+      [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes) {
+        return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device);
+      },
       [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t) { s.set_value(b, t); },
       [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message); });
 }
@@ -314,7 +319,7 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
     s.param = static_cast<int>(args_.size());
     Value p = add_param(s.type, {std::move(snapshot.buffer), std::move(snapshot.deferred), s.type}, src);
     s.full = p;
-    s.flat = b_->reshape(p, {s.type.numel()});
+    s.flat = s.type.dims.size() == 1 ? p : b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
   } else {
     // Never written: zeros, in the dtype of the first access.
@@ -367,9 +372,9 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
   const DType dt = to_hlo(t.scalar_type());
   const Type& st = s.type;
   Value v;
-  if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 &&
-      t.sizes().vec() == st.dims && t.is_contiguous()) {
-    v = s.full;  // the storage value itself
+  if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 && t.numel() == st.numel() &&
+      t.is_contiguous()) {
+    v = t.sizes().vec() == st.dims ? s.full : b_->reshape(s.full, t.sizes().vec());  // the storage value itself
   } else {
     v = exec::read_strided(*b_, flat_as(s, dt), t.sizes().vec(), t.strides().vec(), offset_of(t, pos));
   }
@@ -421,9 +426,6 @@ void EagerProgram::assign(const at::Tensor& dst, Value value, ArgPosition pos) {
   s.flat = exec::write_strided(*b_, flat, value, dst.sizes().vec(), dst.strides().vec(), offset_of(dst, pos));
   s.flat_dtype = dt;
   s.written = true;
-  const bool covers = dst.storage_offset() == 0 && dst.is_contiguous() &&
-                      static_cast<size_t>(dst.numel()) * dst.element_size() == s.tpu->nbytes();
-  s.full = covers ? value : Value{};
 }
 
 int64_t EagerProgram::evaluate_int(Value v) {
@@ -437,20 +439,24 @@ int64_t EagerProgram::evaluate_int(Value v) {
 
 std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>& outputs) {
   auto plan = std::make_shared<ProgramPlan>();
-  // Invalid values are undefined results (e.g. masked-off gradients).
+  // Storage values are kept flat (rank 1), whatever wrote them: a program
+  // that reads a storage then sees the same type whichever op (or fused
+  // graph) produced it last, so it is built and compiled once. Reshapes
+  // are free in XLA. Invalid values are undefined results (e.g. masked-off
+  // gradients).
   for (Value v : outputs) {
     plan->results.push_back(v.valid() ? static_cast<int>(plan->outputs.size()) : -1);
-    if (v.valid()) plan->outputs.push_back(v);
+    plan->result_sizes.push_back(v.valid() ? b_->dims(v) : hlo::Dims{});
+    if (v.valid()) plan->outputs.push_back(b_->dims(v).size() == 1 ? v : b_->reshape(v, {b_->type(v).numel()}));
   }
   for (Slot& s : slots_) {
     if (!s.written) continue;
-    Value out = s.full.valid() ? s.full : s.flat;
-    if (s.param >= 0 && b_->type(out) == s.type) {
+    if (s.param >= 0 && b_->type(s.flat) == s.type) {
       plan->donations.emplace_back(s.param, static_cast<int>(plan->outputs.size()));
     }
     plan->written.push_back(s.group);
     bound_.written.push_back(s.tpu);
-    plan->outputs.push_back(out);
+    plan->outputs.push_back(s.flat);
   }
   for (const auto& [ok, message] : checks_) {
     plan->outputs.push_back(ok);

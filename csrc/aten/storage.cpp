@@ -181,15 +181,15 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, a
   return at::detail::empty_strided_generic(sizes, strides, &g_allocator, kTpuKeys, dtype);
 }
 
-at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, at::ScalarType dtype,
-                              int device) {
-  at::Tensor t = empty_tpu(type.dims, dtype, device);
+at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
+                              at::ScalarType dtype, int device) {
+  at::Tensor t = empty_tpu(sizes, dtype, device);
   storage_of(t).set_value(std::move(buffer), type);
   return t;
 }
 
-at::Tensor tensor_from_deferred(exec::DeferredPtr value, at::ScalarType dtype, int device) {
-  at::Tensor t = empty_tpu(value->type().dims, dtype, device);
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device) {
+  at::Tensor t = empty_tpu(sizes, dtype, device);
   storage_of(t).set_deferred(std::move(value));
   return t;
 }

@@ -84,11 +84,13 @@ at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, int device,
 at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                              at::ScalarType dtype, int device);
 
-// A contiguous tpu tensor of `dtype` whose storage holds `buffer`.
-at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, at::ScalarType dtype,
-                              int device);
-// A contiguous tpu tensor whose storage holds a deferred value (fused eager).
-at::Tensor tensor_from_deferred(exec::DeferredPtr value, at::ScalarType dtype, int device);
+// A contiguous tpu tensor of `sizes` and `dtype` whose storage holds
+// `buffer` (of `type`: the same elements, in any shape; op results are kept
+// flat, see EagerProgram::finish).
+at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
+                              at::ScalarType dtype, int device);
+// The same for a deferred value (fused eager).
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device);
 
 bool is_supported_dtype(at::ScalarType t);
 

@@ -80,17 +80,18 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   p.run();
 }
 
-// The buffer holding exactly `t` (contiguous, its dtype), computed if needed.
-pjrt::BufferPtr dense_buffer(const at::Tensor& t) {
+// A value holding exactly the elements of `t` (contiguous, its dtype; in
+// the value's own shape), computed if needed.
+TpuStorage::Value dense_value(const at::Tensor& t) {
   TpuStorage::Value val = storage_of(t).value();
   const DType dt = to_hlo(t.scalar_type());
-  if (val.buffer && covers_storage(t) && val.type.dtype == dt && val.type.dims == t.sizes().vec() &&
-      !t.is_conj() && !t.is_neg()) {
-    return val.buffer;
+  if (val.buffer && covers_storage(t) && val.type.dtype == dt && val.type.numel() == t.numel() && !t.is_conj() &&
+      !t.is_neg()) {
+    return val;
   }
   EagerProgram p(tpu_index(t));
   p.finish({p.input(t)});
-  return storage_of(p.run()[0]).value().buffer;
+  return storage_of(p.run()[0]).value();
 }
 
 }  // namespace
@@ -193,8 +194,7 @@ at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
     p.finish({p.builder().convert(p.input(src), to_hlo(dtype))});
     t = p.run()[0];
   }
-  pjrt::BufferPtr buf = dense_buffer(t);
-  buf->to_host(out.data_ptr(), out.nbytes());
+  dense_value(t).buffer->to_host(out.data_ptr(), out.nbytes());
   verify_device_checks(tpu_index(src));
   return out;
 }
@@ -209,9 +209,9 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
       copy_on_device(src, dst);
     } else {
       const auto& rt = exec::Runtime::get();
-      std::shared_ptr<pjrt::Buffer> moved = dense_buffer(src)->copy_to_device(rt.device(tpu_index(dst)));
-      at::Tensor tmp = tensor_from_buffer(std::move(moved), Type{to_hlo(src.scalar_type()), src.sizes().vec()},
-                                          src.scalar_type(), tpu_index(dst));
+      TpuStorage::Value dense = dense_value(src);
+      std::shared_ptr<pjrt::Buffer> moved = dense.buffer->copy_to_device(rt.device(tpu_index(dst)));
+      at::Tensor tmp = tensor_from_buffer(std::move(moved), dense.type, src.sizes(), src.scalar_type(), tpu_index(dst));
       copy_on_device(tmp, dst);
     }
     return dst;
@@ -220,13 +220,13 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     const auto& rt = exec::Runtime::get();
-    const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
+    const Type type{to_hlo(dst.scalar_type()), {dst.numel()}};  // storage values are flat
     pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,
                                                 rt.device(tpu_index(dst)));
     if (covers_storage(dst)) {
       storage_of(dst).set_value(std::move(buf), type);
     } else {
-      copy_on_device(tensor_from_buffer(std::move(buf), type, dst.scalar_type(), tpu_index(dst)), dst);
+      copy_on_device(tensor_from_buffer(std::move(buf), type, dst.sizes(), dst.scalar_type(), tpu_index(dst)), dst);
     }
     return dst;
   }

@@ -156,6 +156,31 @@ def test_training_matches_strict_and_compiles_once(kind):
         torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+def test_a_training_loop_needs_two_programs(kind):
+    # The first step creates the optimizer state; from the second on every
+    # step is the same program, also when gradients accumulate over steps:
+    # storage values are kept flat, so a bias gradient first made by a
+    # keepdim sum and later by an in-place add enter with the same type.
+    torch.manual_seed(1)
+    model = MLP(d_in=24, hidden=24, classes=6, depth=2) if kind == "mlp" else \
+        GPT(GPTConfig(vocab_size=24, block_size=8, n_layer=1, n_head=2, n_embd=24))
+    seen = lambda: (lambda s: s["misses"] + s["disk_hits"])(torch_tpu.cache_stats())
+    with torch_tpu.execution_mode("fused"):
+        model = model.to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        ids = torch.randint(0, 24, (2, 9)).to("tpu")
+        x, y = torch.randn(8, 24).to("tpu"), torch.randint(0, 6, (8,)).to("tpu")
+        counts = []
+        for _ in range(5):
+            loss = F.cross_entropy(model(x), y) if kind == "mlp" else model(ids[:, :-1], ids[:, 1:])[1]
+            loss.backward()  # no zero_grad: gradients accumulate
+            opt.step()
+            loss.item()
+            counts.append(seen())
+    assert counts[2:] == [counts[1]] * 3, counts
+
+
 def test_intermediates_are_not_materialized():
     x = torch.randn(256, 256, device="tpu")
     torch.tpu.synchronize()
