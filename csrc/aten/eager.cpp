@@ -426,6 +426,9 @@ void EagerProgram::assign(const at::Tensor& dst, Value value, ArgPosition pos) {
   s.flat = exec::write_strided(*b_, flat, value, dst.sizes().vec(), dst.strides().vec(), offset_of(dst, pos));
   s.flat_dtype = dt;
   s.written = true;
+  const bool covers = dst.storage_offset() == 0 && dst.is_contiguous() &&
+                      static_cast<size_t>(dst.numel()) * dst.element_size() == s.tpu->nbytes();
+  s.full = covers ? value : Value{};
 }
 
 int64_t EagerProgram::evaluate_int(Value v) {
@@ -437,26 +440,35 @@ int64_t EagerProgram::evaluate_int(Value v) {
   return result;
 }
 
+// What a written storage holds afterwards. A storage keeps the type of the
+// value it had (a bias gradient made by a keepdim sum stays [1, N] when an
+// in-place add writes it through an [N] view), so the programs reading it
+// see one type from step to step; a fresh storage takes its first write's.
+Value EagerProgram::stored_value(const Slot& s) {
+  if (s.param >= 0 && s.flat_dtype == s.type.dtype) {
+    if (s.full.valid() && b_->dims(s.full) == s.type.dims) return s.full;
+    return s.type.dims.size() == 1 ? s.flat : b_->reshape(s.flat, s.type.dims);
+  }
+  return s.full.valid() ? s.full : s.flat;
+}
+
 std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>& outputs) {
   auto plan = std::make_shared<ProgramPlan>();
-  // Storage values are kept flat (rank 1), whatever wrote them: a program
-  // that reads a storage then sees the same type whichever op (or fused
-  // graph) produced it last, so it is built and compiled once. Reshapes
-  // are free in XLA. Invalid values are undefined results (e.g. masked-off
-  // gradients).
+  // Invalid values are undefined results (e.g. masked-off gradients).
   for (Value v : outputs) {
     plan->results.push_back(v.valid() ? static_cast<int>(plan->outputs.size()) : -1);
     plan->result_sizes.push_back(v.valid() ? b_->dims(v) : hlo::Dims{});
-    if (v.valid()) plan->outputs.push_back(b_->dims(v).size() == 1 ? v : b_->reshape(v, {b_->type(v).numel()}));
+    if (v.valid()) plan->outputs.push_back(v);
   }
   for (Slot& s : slots_) {
     if (!s.written) continue;
-    if (s.param >= 0 && b_->type(s.flat) == s.type) {
+    Value out = stored_value(s);
+    if (s.param >= 0 && b_->type(out) == s.type) {
       plan->donations.emplace_back(s.param, static_cast<int>(plan->outputs.size()));
     }
     plan->written.push_back(s.group);
     bound_.written.push_back(s.tpu);
-    plan->outputs.push_back(s.flat);
+    plan->outputs.push_back(out);
   }
   for (const auto& [ok, message] : checks_) {
     plan->outputs.push_back(ok);

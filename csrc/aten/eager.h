@@ -49,7 +49,7 @@ struct ProgramPlan {
   std::vector<hlo::Value> outputs;      // the op's defined results, written storages, checks
   std::vector<hlo::Type> output_types;
   std::vector<int> results;             // per op result: its index in outputs, -1 if undefined
-  std::vector<hlo::Dims> result_sizes;  // per op result: its shape (outputs are flat)
+  std::vector<hlo::Dims> result_sizes;  // per op result: its shape
   std::vector<int> written;             // per written storage: its storage group (-1 unknown)
   std::vector<std::string> checks;      // messages of the device-side checks
   std::vector<std::pair<int, int>> donations;  // (param, output) pairs that may share a buffer
@@ -151,10 +151,11 @@ class EagerProgram {
     int param = -1;            // builder parameter index (-1: zeros); also args_ index
     hlo::Value flat;           // current value, rank 1, of `flat_dtype`
     hlo::DType flat_dtype;
-    hlo::Value full;           // the storage value as received (param >= 0)
+    hlo::Value full;           // the storage value as received, or as last written densely
     bool written = false;
   };
   Slot& slot_for(const at::Tensor& t);
+  hlo::Value stored_value(const Slot& s);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);

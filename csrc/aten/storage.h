@@ -85,8 +85,7 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                              at::ScalarType dtype, int device);
 
 // A contiguous tpu tensor of `sizes` and `dtype` whose storage holds
-// `buffer` (of `type`: the same elements, in any shape; op results are kept
-// flat, see EagerProgram::finish).
+// `buffer` (of `type`: the same elements, possibly in another shape).
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
                               at::ScalarType dtype, int device);
 // The same for a deferred value (fused eager).

@@ -220,7 +220,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     const auto& rt = exec::Runtime::get();
-    const Type type{to_hlo(dst.scalar_type()), {dst.numel()}};  // storage values are flat
+    const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
     pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,
                                                 rt.device(tpu_index(dst)));
     if (covers_storage(dst)) {
