@@ -558,8 +558,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   }
   std::lock_guard<std::mutex> lock(g_entries_mu);
   if (!entries().emplace(opname, std::move(e)).second) return;  // already registered
-  const std::string schema_name = opname.name.substr(ns.size() + 2) + (opname.overload_name.empty() ? "" : "." + opname.overload_name);
-  library_for(ns).impl(schema_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+  library_for(ns).impl(c10::toString(opname).c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {

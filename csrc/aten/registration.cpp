@@ -1,7 +1,8 @@
 // Kernels of the tpu device that are not lowerings: factories, metadata-only
-// views, resizing, storage swaps, copies, and the choice of attention kernel. Lowered ops are registered at
-// import time by torch_tpu (see kernels.cpp); everything else reaches the
-// fallback, which raises unless the CPU fallback is on.
+// views, resizing, storage swaps, copies, and the choice of attention
+// kernel. Lowered ops are registered at import time by torch_tpu (see
+// kernels.cpp); everything else reaches the fallback, which raises unless
+// the CPU fallback is on.
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/core/dispatch/Dispatcher.h>
