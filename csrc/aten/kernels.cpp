@@ -466,7 +466,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   const lowering::MatmulPrecision precision = matmul_precision();
-  const std::optional<OpSignature> sig = signature_for(&e, static_cast<uint8_t>(precision), args);
+  const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(static_cast<uint8_t>(precision)), args);
   if (auto results = run_kept_plan(sig, args, device)) return push_returns(stack, schema, e, args, std::move(*results));
 
   EagerProgram p(device, sig ? &*sig : nullptr);

@@ -1,5 +1,7 @@
 #include "csrc/aten/op_memo.h"
 
+#include <c10/core/DefaultDtype.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -75,10 +77,10 @@ std::atomic<int> g_enabled{-1};
 
 }  // namespace
 
-OpSignature::OpSignature(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args) {
+OpSignature::OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args) {
   key_.reserve(32 + 40 * args.size());
   put(key_, op);
-  put(key_, mode);
+  put(key_, globals);
   for (const c10::IValue& v : args) add(v);
 }
 
@@ -191,10 +193,16 @@ void OpSignature::add_tensor(const at::Tensor& t) {
   }
 }
 
-std::optional<OpSignature> signature_for(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args) {
+uint32_t lowering_globals(uint8_t precision) {
+  const auto dtype = static_cast<uint8_t>(c10::typeMetaToScalarType(c10::get_default_dtype()));
+  const auto complex = static_cast<uint8_t>(c10::typeMetaToScalarType(c10::get_default_complex_dtype()));
+  return uint32_t{precision} | uint32_t{dtype} << 8 | uint32_t{complex} << 16;
+}
+
+std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args) {
   std::optional<OpSignature> sig;
   if (!op_memo_enabled()) return sig;
-  sig.emplace(op, mode, args);
+  sig.emplace(op, globals, args);
   if (!sig->memoizable()) sig.reset();
   return sig;
 }

@@ -30,9 +30,9 @@ namespace tpu {
 
 class OpSignature {
  public:
-  // `op` names the operation (any address that stays valid), `mode` adds a
-  // byte of global state its program depends on (matmul precision).
-  OpSignature(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args);
+  // `op` names the operation (any address that stays valid), `globals` the
+  // process state its lowering reads (see lowering_globals()).
+  OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args);
 
   // Whether the arguments can be described (no exotic argument kinds).
   bool memoizable() const { return memoizable_; }
@@ -56,7 +56,13 @@ class OpSignature {
 
 // The signature of a call, or none when the memo is off or the arguments
 // cannot be described.
-std::optional<OpSignature> signature_for(const void* op, uint8_t mode, c10::ArrayRef<c10::IValue> args);
+std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args);
+
+// The global state a lowering may read, packed for a signature: the default
+// float and complex dtypes (torch.set_default_dtype) and `precision` (the
+// matmul precision in force). A plan built under other globals is never
+// replayed.
+uint32_t lowering_globals(uint8_t precision);
 // Runs the plan kept for this call, if there is one; its results.
 std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSignature>& sig,
                                                      c10::ArrayRef<c10::IValue> args, int device);

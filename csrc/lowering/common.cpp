@@ -101,14 +101,18 @@ void unsupported(Context& c, const std::string& what) {
 
 // Inclusive scan along `dim` in log2(n) steps (Hillis-Steele).
 Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity) {
+  Value id = b.dtype(x) == DType::Pred ? b.constant_bool(identity != 0) : b.constant(identity, b.dtype(x));
+  return scan(b, x, dim, [&](Value later, Value earlier) { return b.binary(op, later, earlier); }, id);
+}
+
+Value scan(Builder& b, Value x, int64_t dim, const std::function<Value(Value, Value)>& combine, Value identity) {
   const int64_t n = b.dims(x)[dim];
   const int64_t r = b.rank(x);
-  Value id = b.dtype(x) == DType::Pred ? b.constant_bool(identity != 0) : b.constant(identity, b.dtype(x));
   for (int64_t shift = 1; shift < n; shift <<= 1) {
     Dims lo(r, 0), hi(r, 0);
     lo[dim] = shift;
-    Value shifted = b.slice_dim(b.pad(x, id, lo, hi), dim, 0, n);
-    x = b.binary(op, x, shifted);
+    Value shifted = b.slice_dim(b.pad(x, identity, lo, hi), dim, 0, n);
+    x = combine(x, shifted);
   }
   return x;
 }

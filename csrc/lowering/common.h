@@ -1,6 +1,8 @@
 // Helpers shared by the lowering families.
 #pragma once
 
+#include <functional>
+
 #include "csrc/lowering/lowering.h"
 
 namespace tpu::lowering {
@@ -47,6 +49,9 @@ Value splat(Builder& b, Value x, const Dims& dims);
 // Inclusive scan along `dim` with the binary stablehlo `op` and its identity
 // (cumsum: "stablehlo.add", 0).
 Value scan(Builder& b, Value x, int64_t dim, std::string_view op, double identity);
+// The same with any associative `combine(later, earlier)` and its identity
+// (a rank-0 value of x's dtype).
+Value scan(Builder& b, Value x, int64_t dim, const std::function<Value(Value, Value)>& combine, Value identity);
 
 // Host-indexed gathers and scatter-adds along one dim: take_along picks the
 // slices x[..., idx[j], ...]; add_along adds the slices of g into positions

@@ -8,7 +8,8 @@
 //     householder_product (orgqr), ormqr;
 //   the symmetric eigendecomposition by cyclic Jacobi rotations: eigh;
 //   the SVD by one-sided (Hestenes) Jacobi: svd;
-//   and cholesky_solve / cholesky_inverse on stablehlo.cholesky's factor.
+//   Cholesky (potrf's info: the order of the first leading minor that is not
+//     positive-definite), cholesky_solve and cholesky_inverse.
 //
 // Every routine works on batches [..., m, n] at once; a loop step costs a
 // few passes over the matrix. Eigenvectors and singular vectors are unique
@@ -478,6 +479,84 @@ std::vector<Value> lower_slogdet(Context& c) {
   Value sgn = b.reduce(b.unary("stablehlo.sign", p.diag), b.constant(1, p.dt), {p.last}, "stablehlo.multiply");
   Value logabs = sum_dim(b, b.unary("stablehlo.log", b.abs(p.diag)), p.last);
   return {b.mul(p.perm_sign, sgn), logabs, p.f.lu, p.f.pivots};
+}
+
+// ---- Cholesky -------------------------------------------------------------------------
+
+Value conj_of(Builder& b, Value x) {
+  return hlo::is_complex(b.dtype(x)) ? b.complex(b.real(x), b.neg(b.imag(x))) : x;
+}
+
+struct Cholesky {
+  Value l;     // [B..., n, n], lower triangular (zero above the diagonal)
+  Value info;  // i32 [B...]: the order of the first leading minor that is not positive-definite, 0 if none
+};
+
+// Right-looking Cholesky, one column per loop step, reading the lower
+// triangle of `a`. The first non-positive (or NaN) pivot sets info and
+// freezes the matrix, as LAPACK's potrf stops there. (stablehlo.cholesky
+// fills a failed factor with NaN everywhere, which loses the order.)
+Cholesky cholesky_factor(Builder& b, Value a) {
+  const Dims d = b.dims(a);
+  const int64_t r = static_cast<int64_t>(d.size());
+  const int64_t nb = r - 2, n = d[r - 1];
+  const Dims batch = batch_of(d), nd = cat(batch, {n});
+  Value info0 = b.zeros(Type{DType::I32, batch});
+  if (n == 0) return {a, info0};
+  auto out = b.while_loop(
+      {b.constant_int(0, DType::I64), a, info0},
+      [n](Builder& rb, const std::vector<Value>& v) {
+        return std::vector<Value>{rb.compare(Cmp::LT, v[0], rb.constant_int(n, DType::I64))};
+      },
+      [=](Builder& rb, const std::vector<Value>& v) {
+        Value j = v[0], A = v[1], info = v[2];
+        const DType dt = rb.dtype(A);
+        const bool cplx = hlo::is_complex(dt);
+        const Type it{DType::I64, d};
+        Value rows = rb.iota(it, r - 2), cols = rb.iota(it, r - 1), jd = rb.broadcast_in_dim(j, d, {});
+        Value col = take_col(rb, A, j);  // [B..., n]
+        Value pivot = take_elem(rb, col, j);
+        Value pr = cplx ? rb.real(pivot) : pivot;
+        const DType rt = rb.dtype(pr);
+        // !(pivot > 0) also catches NaN.
+        Value bad = rb.not_(rb.compare(Cmp::GT, pr, rb.zeros(Type{rt, batch})));
+        Value ok = rb.compare(Cmp::EQ, info, rb.zeros(Type{DType::I32, batch}));
+        Value j1 = rb.broadcast_in_dim(rb.convert(rb.add(j, rb.constant_int(1, DType::I64)), DType::I32), batch, {});
+        info = rb.select(rb.and_(ok, bad), j1, info);
+        Value go = rb.and_(ok, rb.not_(bad));  // this matrix takes the step
+        Value s = rb.unary("stablehlo.sqrt", rb.select(go, pr, rb.full(1, rt, batch)));
+        Value sc = cplx ? rb.complex(s, rb.zeros(Type{rt, batch})) : s;
+        Value rid = rb.iota(Type{DType::I64, nd}, nb), jn = rb.broadcast_in_dim(j, nd, {});
+        Value lcol = rb.select(rb.compare(Cmp::GE, rid, jn), rb.div(col, per_batch(rb, sc, nd)), rb.zeros(Type{dt, nd}));
+        Value lower = rb.compare(Cmp::GT, rows, jd);
+        Value trailing = rb.and_(lower, rb.compare(Cmp::GT, cols, jd));
+        Value update = rb.sub(A, rb.mul(along_rows(rb, lcol, d), along_cols(rb, conj_of(rb, lcol), d)));
+        Value stepped = rb.select(trailing, update, A);
+        stepped = rb.select(rb.compare(Cmp::EQ, cols, jd), along_rows(rb, lcol, d), stepped);
+        A = rb.select(per_batch(rb, go, d), stepped, A);
+        return std::vector<Value>{rb.add(j, rb.constant_int(1, DType::I64)), A, info};
+      });
+  return {band(b, out[1], true, 0), out[2]};
+}
+
+Value cholesky_upper(Builder& b, Value l) { return conj_of(b, mT(b, l)); }
+
+// linalg_cholesky_ex(self, upper, check_errors) -> (L, info)
+std::vector<Value> lower_cholesky_ex(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dim() >= 2 && in.sizes[in.dim() - 1] == in.sizes[in.dim() - 2],
+              "linalg.cholesky: A must be batches of square matrices, but they are ",
+              in.sizes[in.dim() - 2], " by ", in.sizes[in.dim() - 1], " matrices");
+  TORCH_CHECK(!c.args.bool_(2), "linalg.cholesky_ex with check_errors=True");
+  Cholesky f = cholesky_factor(c.b, c.args.tensor(0));
+  return {c.args.bool_(1) ? cholesky_upper(c.b, f.l) : f.l, f.info};
+}
+
+// cholesky(self, upper): the deprecated form, without info.
+std::vector<Value> lower_cholesky(Context& c) {
+  Value a = matrix_arg(c, 0, "cholesky", true);
+  Cholesky f = cholesky_factor(c.b, a);
+  return one(c.args.bool_(1) ? cholesky_upper(c.b, f.l) : f.l);
 }
 
 // ---- Cholesky-based solves ----------------------------------------------------------
@@ -1048,6 +1127,8 @@ TPU_LOWERINGS(decomposition) {
   reg("aten::linalg_inv_ex", lower_inv_ex);
   reg("aten::_linalg_det", lower_det);
   reg("aten::_linalg_slogdet", lower_slogdet);
+  reg("aten::linalg_cholesky_ex", lower_cholesky_ex);
+  reg("aten::cholesky", lower_cholesky);
   reg("aten::_cholesky_solve_helper", lower_cholesky_solve);
   reg("aten::cholesky_inverse", lower_cholesky_inverse);
   reg("aten::geqrf", lower_geqrf);

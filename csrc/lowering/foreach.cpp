@@ -169,7 +169,7 @@ std::vector<Value> fused_adam(Context& c, bool adamw) {
   const double beta1 = c.args.double_(7), beta2 = c.args.double_(8), wd = c.args.double_(9), eps = c.args.double_(10);
   const bool amsgrad = c.args.bool_(11), maximize = c.args.bool_(12);
   Value skip = skip_step(c, 14);
-  std::vector<Value> new_p, new_a, new_s, new_m;
+  std::vector<Value> new_p, new_g, new_a, new_s, new_m;
   for (size_t k = 0; k < params.size(); ++k) {
     const at::ScalarType t = pinfo[k].dtype;
     const DType ct = to_hlo(opmath_type(t));
@@ -179,8 +179,11 @@ std::vector<Value> fused_adam(Context& c, bool adamw) {
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
     Value m = b.convert(avgs[k], ct), v = b.convert(sqs[k], ct);
     Value lr = full(c.args.is_tensor(6) ? b.reshape(b.convert(c.args.tensor(6), ct), {}) : c.args.scalar_value(6, ct));
+    if (c.args.has(13)) {
+      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(13), ct), {})));
+      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
+    }
     if (maximize) g = b.neg(g);
-    if (c.args.has(13)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(13), ct), {})));
     Value p0 = p;
     if (wd != 0) {
       if (adamw) {
@@ -210,6 +213,7 @@ std::vector<Value> fused_adam(Context& c, bool adamw) {
     new_s.push_back(keep_if(b, skip, b.convert(sqs[k], ct), v));
   }
   c.args.assign_list(0, new_p);
+  if (!new_g.empty()) c.args.assign_list(1, new_g);  // unscaled in place, as CPU and CUDA do
   c.args.assign_list(2, new_a);
   c.args.assign_list(3, new_s);
   if (amsgrad) c.args.assign_list(4, new_m);
@@ -225,7 +229,7 @@ std::vector<Value> fused_sgd(Context& c) {
   const double wd = c.args.double_(3), momentum = c.args.double_(4), dampening = c.args.double_(6);
   const bool nesterov = c.args.bool_(7), maximize = c.args.bool_(8), first = c.args.bool_(9);
   Value skip = skip_step(c, 11);
-  std::vector<Value> new_p, new_b;
+  std::vector<Value> new_p, new_g, new_b;
   for (size_t k = 0; k < params.size(); ++k) {
     const at::ScalarType t = pinfo[k].dtype;
     const DType ct = to_hlo(opmath_type(t));
@@ -233,8 +237,11 @@ std::vector<Value> fused_sgd(Context& c) {
     auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
     Value lr = full(c.args.is_tensor(5) ? b.reshape(b.convert(c.args.tensor(5), ct), {}) : c.args.scalar_value(5, ct));
+    if (c.args.has(10)) {
+      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(10), ct), {})));
+      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
+    }
     if (maximize) g = b.neg(g);
-    if (c.args.has(10)) g = b.div(g, full(b.reshape(b.convert(c.args.tensor(10), ct), {})));
     if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
     if (momentum != 0) {
       Value buf;
@@ -250,6 +257,7 @@ std::vector<Value> fused_sgd(Context& c) {
     new_p.push_back(keep_if(b, skip, p, b.sub(p, b.mul(lr, g))));
   }
   c.args.assign_list(0, new_p);
+  if (!new_g.empty()) c.args.assign_list(1, new_g);  // unscaled in place, as CPU and CUDA do
   if (momentum != 0) c.args.assign_list(2, new_b);
   return {};
 }

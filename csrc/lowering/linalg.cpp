@@ -297,49 +297,6 @@ std::vector<Value> lower_pdist_backward(Context& c) {
   return one(cast(b, cdist_grad(b, g, x, x, d, p), t));
 }
 
-Value cholesky_value(Builder& b, Value a, bool upper) {
-  Value l = b.emit1("stablehlo.cholesky", {a}, b.type(a), "lower = true");
-  // stablehlo.cholesky leaves the other triangle unspecified: zero it.
-  const Dims& d = b.dims(a);
-  const int64_t r = b.rank(a);
-  const Type it{DType::I64, d};
-  Value keep = b.compare(hlo::Cmp::GE, b.iota(it, r - 2), b.iota(it, r - 1));
-  l = b.select(keep, l, b.zeros(b.type(l)));
-  if (!upper) return l;
-  Dims perm;
-  for (int64_t i = 0; i < r - 2; ++i) perm.push_back(i);
-  perm.push_back(r - 1);
-  perm.push_back(r - 2);
-  return b.transpose(l, perm);
-}
-
-// linalg_cholesky_ex(self, upper, check_errors) -> (L, info): info is the
-// (1-based) first row that came out NaN, i.e. where positive-definiteness failed.
-std::vector<Value> lower_cholesky_ex(Context& c) {
-  const TensorInfo& in = c.args.info(0);
-  TORCH_CHECK(in.dim() >= 2 && in.sizes[in.dim() - 1] == in.sizes[in.dim() - 2],
-              "linalg.cholesky: A must be batches of square matrices, but they are ",
-              in.sizes[in.dim() - 2], " by ", in.sizes[in.dim() - 1], " matrices");
-  TORCH_CHECK(!c.args.bool_(2), "linalg.cholesky_ex with check_errors=True");
-  Builder& b = c.b;
-  const bool upper = c.args.bool_(1);
-  Value l = cholesky_value(b, c.args.tensor(0), false);
-  const int64_t r = in.dim();
-  const int64_t n = in.sizes[r - 1];
-  Dims batch(in.sizes.begin(), in.sizes.end() - 2);
-  Value info = b.zeros(Type{DType::I32, batch});
-  if (n > 0) {
-    Value bad_row = b.reduce(b.compare(hlo::Cmp::NE, l, l), b.constant_bool(false), {r - 1}, "stablehlo.or");
-    Value idx = b.iota(Type{DType::I32, b.dims(bad_row)}, r - 2);
-    Value first = b.reduce(b.select(bad_row, idx, b.full_int(n, DType::I32, b.dims(bad_row))),
-                           b.constant_int(n, DType::I32), {r - 2}, "stablehlo.minimum");
-    info = b.select(b.compare(hlo::Cmp::LT, first, b.full_int(n, DType::I32, batch)),
-                    b.add(first, b.full_int(1, DType::I32, batch)), info);
-  }
-  if (upper) l = cholesky_value(b, c.args.tensor(0), true);
-  return {l, info};
-}
-
 Value triangular_solve_value(Builder& b, Value a, Value rhs, bool left, bool lower, bool unit, bool transpose) {
   std::string attrs = std::string("left_side = ") + (left ? "true" : "false") +
                       ", lower = " + (lower ? "true" : "false") +
@@ -368,8 +325,6 @@ TPU_LOWERINGS(linalg) {
   reg("aten::_cdist_backward", lower_cdist_backward);
   reg("aten::_pdist_forward", lower_pdist);
   reg("aten::_pdist_backward", lower_pdist_backward);
-  reg("aten::linalg_cholesky_ex", lower_cholesky_ex);
-  reg("aten::cholesky", [](Context& c) { return one(cholesky_value(c.b, c.args.tensor(0), c.args.bool_(1))); });
   // triangular_solve(self=B, A, upper, transpose, unitriangular) -> (X, A)
   reg("aten::triangular_solve", [](Context& c) {
     auto [a, rhs] = batch_pair(c.b, c.args.tensor(1), c.args.tensor(0));

@@ -252,14 +252,30 @@ std::vector<Value> lower_logcumsumexp(Context& c) {
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(t));
   if (in.dim() == 0) return one(cast(b, x, t));
-  // exp-sum-log relative to the global max along dim keeps the scan a sum.
-  Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
-  m = b.select(b.is_finite(m), m, b.zeros(b.type(m)));
-  Dims bdims;
-  for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
-  Value mb = b.broadcast_in_dim(m, in.sizes, bdims);
-  Value s = scan(b, b.unary("stablehlo.exponential", b.sub(x, mb)), dim, "stablehlo.add", 0);
-  return one(cast(b, b.add(b.unary("stablehlo.log", s), mb), t));
+  if (hlo::is_complex(b.dtype(x))) {
+    // exp-sum-log relative to the largest real part along dim keeps the scan a sum.
+    Value m = b.reduce(b.real(x), b.lowest(b.dtype(b.real(x))), {dim}, "stablehlo.maximum");
+    m = b.select(b.is_finite(m), m, b.zeros(b.type(m)));
+    Dims bdims;
+    for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
+    Value mb = b.convert(b.broadcast_in_dim(m, in.sizes, bdims), b.dtype(x));
+    Value s = scan(b, b.unary("stablehlo.exponential", b.sub(x, mb)), dim, "stablehlo.add", 0);
+    return one(cast(b, b.add(b.unary("stablehlo.log", s), mb), t));
+  }
+  // A scan of log-add-exp: each step adds the smaller term relative to the
+  // larger one, so no entry is lost however far apart they are (a shift by
+  // one global maximum underflows every entry ~88 below it in float32).
+  auto logaddexp = [&](Value p, Value q) {
+    Value hi = b.max(p, q), lo = b.min(p, q);
+    Value sum = b.add(hi, b.unary("stablehlo.log_plus_one", b.unary("stablehlo.exponential", b.sub(lo, hi))));
+    // -inf + anything and inf + inf: the larger term alone (inf - inf is nan).
+    auto splat_of = [&](Value c) { return b.broadcast_in_dim(c, b.dims(lo), {}); };
+    Value alone = b.or_(b.compare(Cmp::EQ, lo, splat_of(b.lowest(b.dtype(lo)))),
+                        b.compare(Cmp::EQ, hi, splat_of(b.highest(b.dtype(hi)))));
+    Value nan = b.or_(b.compare(Cmp::NE, p, p), b.compare(Cmp::NE, q, q));
+    return b.select(nan, b.add(p, q), b.select(alone, hi, sum));
+  };
+  return one(cast(b, scan(b, x, dim, logaddexp, b.lowest(b.dtype(x))), t));
 }
 
 // cummax/cummin helpers: (values, indices); the latest index wins ties.

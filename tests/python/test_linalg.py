@@ -185,3 +185,33 @@ def test_matrix_functions_built_on_decompositions():
     close(torch.linalg.cond(at), torch.linalg.cond(a), rtol=1e-3, atol=1e-3)
     close(torch.linalg.matrix_norm(at, "nuc"), torch.linalg.matrix_norm(a, "nuc"))
     assert_same(torch.linalg.matrix_rank(at), torch.linalg.matrix_rank(a))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_ex_info_names_the_first_failing_minor(dtype, upper):
+    """info is LAPACK potrf's: the order of the first leading minor that is
+    not positive-definite, per matrix of the batch (0 where it factors)."""
+    m = rand(4, 5, 5, seed=17, dtype=dtype)
+    a = m @ m.mH + 0.5 * torch.eye(5, dtype=dtype)
+    a[1, 2, 2] = -5  # fails at order 3
+    a[2, 0, 0] = 0  # fails at order 1
+    a[3, 4, 4] = float("nan")  # fails at order 5
+    want_l, want_info = torch.linalg.cholesky_ex(a, upper=upper)
+    got_l, got_info = torch.linalg.cholesky_ex(a.to("tpu"), upper=upper)
+    assert got_info.tolist() == want_info.tolist() == [0, 3, 1, 5]
+    close(got_l[0], want_l[0])
+    # The non-transposed (strided) input and an empty batch.
+    close(torch.linalg.cholesky_ex(a[:1].mT.to("tpu"))[0], torch.linalg.cholesky_ex(a[:1].mT)[0])
+    assert torch.linalg.cholesky_ex(torch.zeros(0, 3, 3, device="tpu"))[1].shape == (0,)
+
+
+def test_cholesky_error_names_the_minor_and_batch():
+    a = torch.eye(4).repeat(2, 1, 1)
+    a[1, 1, 1] = -1
+    with pytest.raises(torch.linalg.LinAlgError) as cpu_err:
+        torch.linalg.cholesky(a)
+    with pytest.raises(torch.linalg.LinAlgError) as tpu_err:
+        torch.linalg.cholesky(a.to("tpu"))
+    assert str(tpu_err.value) == str(cpu_err.value)
+    assert "order 2" in str(tpu_err.value) and "Batch element 1" in str(tpu_err.value)

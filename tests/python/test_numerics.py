@@ -135,3 +135,20 @@ def test_factories_follow_the_cpu(dtype):
         if f is torch.arange and dtype.is_floating_point is False and args[2] == 1.5:
             continue  # the truncated step would be 1: a different range on both sides alike, skip
         assert_same(f(*args, dtype=dtype, device="tpu"), f(*args, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_logcumsumexp_keeps_entries_far_below_the_maximum(dtype):
+    """A shift by the global maximum underflowed every entry ~88 below it."""
+    x = torch.tensor([0.0, 200.0, -300.0, 5.0], dtype=dtype)
+    assert_same(torch.logcumsumexp(x.to("tpu"), 0), torch.logcumsumexp(x, 0))
+    g = torch.Generator().manual_seed(3)
+    y = (torch.randn(3, 9, 4, generator=g) * 100).to(dtype)
+    for dim in (0, 1, -1):
+        assert_same(torch.logcumsumexp(y.to("tpu"), dim), torch.logcumsumexp(y, dim), rtol=1e-5, atol=1e-4)
+    # Infinities and NaN as on CPU.
+    inf = float("inf")
+    z = torch.tensor([-inf, -inf, 1.0, inf, inf, 2.0, float("nan"), 0.0])
+    assert_same(torch.logcumsumexp(z.to("tpu"), 0), torch.logcumsumexp(z, 0))
+    # Non-contiguous input.
+    assert_same(torch.logcumsumexp(y.mT.to("tpu"), 1), torch.logcumsumexp(y.mT, 1), rtol=1e-5, atol=1e-4)

@@ -255,3 +255,51 @@ def test_fused_mode_reuses_plans():
         for s in [0.5, 2.0, -1.0]:
             y = (x * s + 1).relu().sum(0)
             assert_same(y, (xc * s + 1).relu().sum(0))
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_default_dtype_is_part_of_the_signature():
+    """A plan built under one default dtype is not replayed under another:
+    integer-to-float promotions read it."""
+    x = torch.arange(4, device="tpu")
+    assert torch.sin(x).dtype == torch.float32
+    for dtype in (torch.float64, torch.float16, torch.float32):
+        with _default_dtype(dtype):
+            for fn in (torch.sin, lambda t: t / 2, lambda t: t.mean(dtype=None) if t.is_floating_point() else t * 0.5,
+                       lambda t: torch.sqrt(t)):
+                assert_same(fn(x), fn(x.cpu()))
+            # Python floats (wrapped numbers) promote to the default dtype too.
+            assert_same(torch.ones(3, dtype=torch.int32, device="tpu") * 1.5,
+                        torch.ones(3, dtype=torch.int32) * 1.5)
+    with _default_dtype(torch.float64):
+        assert torch.sin(x).dtype == torch.float64
+        one = torch.ones(2, dtype=torch.float32)
+        assert_same(torch.polar(one.to("tpu"), one.to("tpu")) * 2.0, torch.polar(one, one) * 2.0)
+
+
+def test_matmul_precision_is_part_of_the_signature():
+    """The same matmul under another float32 matmul precision builds its own
+    program: a kept plan of the old precision is not replayed."""
+    a = torch.randn(8, 8, device="tpu")
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        a @ a
+        built = torch_tpu.counters()["programs_built"]
+        a @ a
+        assert torch_tpu.counters()["programs_built"] == built
+        torch.set_float32_matmul_precision("medium")
+        r = a @ a
+        assert torch_tpu.counters()["programs_built"] == built + 1
+        torch.testing.assert_close(r.cpu(), a.cpu() @ a.cpu(), rtol=2e-2, atol=2e-2)
+    finally:
+        torch.set_float32_matmul_precision(old)

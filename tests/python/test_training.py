@@ -485,3 +485,36 @@ def test_safetensors_round_trip_through_cpu(tmp_path):
     fresh.load_state_dict(loaded)
     for k, v in model.state_dict().items():
         assert torch.equal(fresh.state_dict()[k].cpu(), v.cpu())
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (torch.optim.Adam, dict(lr=1e-2)),
+    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, maximize=True)),
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=1e-2)),
+    (torch.optim.SGD, dict(lr=0.1)),
+], ids=["adam", "adamw_maximize", "adam_amsgrad", "sgd_momentum", "sgd"])
+def test_fused_optimizer_under_grad_scaler_unscales_gradients_like_cpu(cls, kw):
+    """A fused step given the scaler's grad_scale/found_inf unscales the
+    gradients in place (CPU and CUDA do), and leaves them scaled on a
+    skipped step; parameters, state and gradients match CPU step by step."""
+    results = {}
+    for device in ("cpu", "tpu"):
+        g = _fresh()
+        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2)).to(device)
+        opt = cls(model.parameters(), fused=True, **kw)
+        scaler = torch.amp.GradScaler(device, init_scale=256.0, growth_interval=1)
+        trace = []
+        for step in range(4):
+            x = _rand(5, 6, g=g).to(device)
+            opt.zero_grad()
+            loss = model(x).pow(2).mean() * (float("inf") if step == 2 else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            trace.append([p.grad.detach().cpu().clone() for p in model.parameters()])
+            trace.append([p.detach().cpu().clone() for p in model.parameters()])
+            trace.append(torch.tensor(scaler.get_scale()))
+        results[device] = trace
+    for got, want in zip(results["tpu"], results["cpu"]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
