@@ -22,11 +22,23 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return bool(_ops._started())
+    """Whether this process has started the device (and can use it: a child
+    forked after its parent started the device cannot)."""
+    return bool(_ops._started()) and not _is_in_bad_fork()
 
 
 def init() -> None:
-    _ops.device_count()
+    _lazy_init()
+
+
+def __getattr__(name: str):
+    # torch.utils.checkpoint and other device-generic code read the device
+    # module's `_initialized` flag (torch.cuda keeps one) to decide whether to
+    # save and restore the device RNG state. Computed, not stored: the C++
+    # runtime starts on first use without telling Python.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def device_count() -> int:
@@ -281,11 +293,18 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a child made by fork() after this process started the device:
+    the device cannot be used there (use the 'spawn' start method)."""
+    return bool(_ops._in_forked_child()) and bool(_ops._started())
 
 
 def _lazy_init() -> None:
-    init()
+    if _is_in_bad_fork():
+        raise RuntimeError(
+            "Cannot re-initialize the tpu device in a forked subprocess: the parent process had started it, "
+            "and a PJRT plugin does not survive fork(). To use tpu with multiprocessing, use the 'spawn' "
+            "start method (multiprocessing.set_start_method('spawn') or torch.multiprocessing.spawn).")
+    _ops.device_count()
 
 
 # ---- the compilation cache ------------------------------------------------------------

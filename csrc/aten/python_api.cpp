@@ -47,6 +47,8 @@ void set_device(int64_t device) {
 }
 bool started() { return exec::Runtime::started(); }
 
+bool in_forked_child() { return pjrt::in_forked_child(); }
+
 std::vector<std::string> runtime_info() {
   exec::Runtime& rt = runtime();
   const auto& api = rt.client().api();
@@ -179,6 +181,7 @@ std::string storage_info(const at::Tensor& t) {
 TORCH_LIBRARY(torch_tpu, m) {
   m.def("_configure(str plugin_path, int cpu_devices, str cache_dir, str session) -> ()", &configure);
   m.def("_started() -> bool", &started);
+  m.def("_in_forked_child() -> bool", &in_forked_child);
   m.def("_runtime_info() -> str[]", &runtime_info);
   m.def("_register_kernels(str[] variants, str[] functionals, int[] kinds) -> ()", &register_kernels);
   m.def("_lowering_names() -> str[]", &lowering_names);

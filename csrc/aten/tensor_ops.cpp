@@ -162,6 +162,18 @@ at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t storage_of
       at::detail::computeStorageNbytes(size, stride, self.element_size(), storage_offset);
   if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
   self.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride, storage_offset);
+  // A tensor laid densely over a storage that holds raw bytes (torch.load
+  // and other UntypedStorage copies write bytes): the storage takes the
+  // tensor's typed value, as if the tensor had been made on the device. The
+  // programs that read it are then those a training loop runs, so a resumed
+  // checkpoint compiles nothing new and rounds exactly as the run it left
+  // (XLA may fuse a program over bytes differently, changing last bits).
+  const TpuStorage::Value raw = storage_of(self).raw_value();
+  if (raw.buffer && raw.type.dtype == DType::U8 && raw.type.dims.size() == 1 && self.scalar_type() != at::kByte &&
+      self.numel() > 0 && covers_storage(self) && !self.is_conj() && !self.is_neg()) {
+    TpuStorage::Value typed = dense_value(self);
+    storage_of(self).set_value(typed.buffer, typed.type);
+  }
   return self;
 }
 

@@ -1,9 +1,28 @@
 #include "csrc/pjrt/api.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <mutex>
+
 namespace tpu::pjrt {
+
+namespace {
+std::atomic<bool> g_forked_child{false};
+std::once_flag g_atfork_once;
+}  // namespace
+
+bool in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+
+ForkedChildError::ForkedChildError(const std::string& call)
+    : std::runtime_error(
+          "Cannot re-initialize the tpu device in a forked subprocess (" + call +
+          "): the parent process had started it, and a PJRT plugin does not survive fork(). To use tpu "
+          "with multiprocessing, use the 'spawn' start method (multiprocessing.set_start_method('spawn'), "
+          "torch.multiprocessing.spawn, or DataLoader(multiprocessing_context='spawn')), or start the "
+          "device only in the children.") {}
 
 const char* error_code_name(c::PJRT_Error_Code code) {
   static const char* const kNames[] = {
@@ -30,6 +49,9 @@ std::shared_ptr<Api> Api::load(const std::string& path) {
   if (path.empty() || stat(path.c_str(), &st) != 0) {
     throw PluginError("PJRT plugin not found at '" + path + "'." + how);
   }
+  std::call_once(g_atfork_once, [] {
+    pthread_atfork(nullptr, nullptr, [] { g_forked_child.store(true); });
+  });
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();

@@ -34,6 +34,16 @@ class PluginError : public std::runtime_error {
 
 const char* error_code_name(c::PJRT_Error_Code code);
 
+// True in a child made by fork() after a plugin was loaded. A plugin's
+// threads do not survive fork(), so a call into it from the child would wait
+// forever: every call raises ForkedChildError instead, and handles are
+// leaked rather than destroyed.
+bool in_forked_child();
+class ForkedChildError : public std::runtime_error {
+ public:
+  explicit ForkedChildError(const std::string& call);
+};
+
 // Zero-initialized args struct with `struct_size` set: the one way every
 // args struct in this project is made.
 template <typename T>
@@ -83,6 +93,9 @@ class Api {
 #define TPU_PJRT_CALL(api, name, args)                                         \
   do {                                                                         \
     const ::tpu::pjrt::Api& tpu_api_ = (api);                                  \
+    if (::tpu::pjrt::in_forked_child()) {                                      \
+      throw ::tpu::pjrt::ForkedChildError("PJRT_" #name);                      \
+    }                                                                          \
     if (!tpu_api_.has(offsetof(::tpu::pjrt::c::PJRT_Api, PJRT_##name))) {      \
       throw ::tpu::pjrt::Error("PJRT_" #name,                                  \
                                ::tpu::pjrt::c::PJRT_Error_Code_UNIMPLEMENTED,  \
@@ -92,6 +105,17 @@ class Api {
                                    ") does not provide this call");            \
     }                                                                          \
     tpu_api_.check(tpu_api_.raw()->PJRT_##name(&(args)), "PJRT_" #name);       \
+  } while (0)
+
+// Destroy a handle from a destructor: never throws; does nothing in a
+// forked child (see in_forked_child).
+#define TPU_PJRT_DESTROY(api, name, args)                                      \
+  do {                                                                         \
+    if (::tpu::pjrt::in_forked_child()) break;                                 \
+    try {                                                                      \
+      (api).check((api).raw()->PJRT_##name(&(args)), "PJRT_" #name);           \
+    } catch (...) {                                                            \
+    }                                                                          \
   } while (0)
 
 #define TPU_PJRT_HAS(api, name) (api).has(offsetof(::tpu::pjrt::c::PJRT_Api, PJRT_##name))

@@ -10,11 +10,7 @@ Event::~Event() {
   if (event_ == nullptr) return;
   auto args = make_args<c::PJRT_Event_Destroy_Args>();
   args.event = event_;
-  // Destroying cannot usefully fail; never throw from a destructor.
-  try {
-    api_->check(api_->raw()->PJRT_Event_Destroy(&args), "PJRT_Event_Destroy");
-  } catch (...) {
-  }
+  TPU_PJRT_DESTROY(*api_, Event_Destroy, args);
 }
 
 void Event::await() {
@@ -37,10 +33,7 @@ Buffer::~Buffer() {
   if (buffer_ == nullptr) return;
   auto args = make_args<c::PJRT_Buffer_Destroy_Args>();
   args.buffer = buffer_;
-  try {
-    api_->check(api_->raw()->PJRT_Buffer_Destroy(&args), "PJRT_Buffer_Destroy");
-  } catch (...) {
-  }
+  TPU_PJRT_DESTROY(*api_, Buffer_Destroy, args);
 }
 
 c::PJRT_Buffer_Type Buffer::element_type() const {

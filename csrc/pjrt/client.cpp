@@ -68,10 +68,7 @@ Executable::Executable(std::shared_ptr<const Api> api, c::PJRT_LoadedExecutable*
 Executable::~Executable() {
   auto args = make_args<c::PJRT_LoadedExecutable_Destroy_Args>();
   args.executable = loaded_;
-  try {
-    api_->check(api_->raw()->PJRT_LoadedExecutable_Destroy(&args), "PJRT_LoadedExecutable_Destroy");
-  } catch (...) {
-  }
+  TPU_PJRT_DESTROY(*api_, LoadedExecutable_Destroy, args);
 }
 
 std::vector<BufferPtr> Executable::execute(const std::vector<c::PJRT_Buffer*>& args,
@@ -165,10 +162,7 @@ Client::Client(std::shared_ptr<const Api> api, c::PJRT_Client* client)
 Client::~Client() {
   auto args = make_args<c::PJRT_Client_Destroy_Args>();
   args.client = client_;
-  try {
-    api_->check(api_->raw()->PJRT_Client_Destroy(&args), "PJRT_Client_Destroy");
-  } catch (...) {
-  }
+  TPU_PJRT_DESTROY(*api_, Client_Destroy, args);
 }
 
 BufferPtr Client::from_host(const void* data, c::PJRT_Buffer_Type type,

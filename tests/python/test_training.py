@@ -518,3 +518,63 @@ def test_fused_optimizer_under_grad_scaler_unscales_gradients_like_cpu(cls, kw):
         results[device] = trace
     for got, want in zip(results["tpu"], results["cpu"]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("cls,kw", [
+    (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),
+    (torch.optim.Adam, dict(lr=1e-2, amsgrad=True, fused=True)),
+    (torch.optim.SGD, dict(lr=0.1, momentum=0.9, fused=True)),
+    (torch.optim.AdamW, dict(lr=1e-2, foreach=True)),
+], ids=["adamw_fused", "adam_amsgrad_fused", "sgd_fused", "adamw_foreach"])
+def test_resuming_from_a_checkpoint_is_bit_identical_to_continuing(cls, kw):
+    """torch.load writes storages as raw bytes; tensors laid over them take
+    their typed values, so the resumed steps run the programs the training
+    loop ran and round exactly as it did."""
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("tpu")
+        return model, cls(model.parameters(), **kw)
+
+    g = _fresh()
+    data = [_rand(4, 8, g=g).to("tpu") for _ in range(7)]
+
+    def step(model, opt, x):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+    model, opt = make()
+    for x in data[:4]:
+        step(model, opt, x)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
+    for x in data[4:]:
+        step(model, opt, x)
+    resumed, ropt = make()
+    buf.seek(0)
+    ck = torch.load(buf)
+    assert ck["opt"]["state"][0]["exp_avg" if "exp_avg" in ck["opt"]["state"][0] else "momentum_buffer"].device.type == "tpu"
+    resumed.load_state_dict(ck["model"])
+    ropt.load_state_dict(ck["opt"])
+    del ck
+    for x in data[4:]:
+        step(resumed, ropt, x)
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(p.detach().cpu(), q.detach().cpu())
+    for p, q in zip(opt.state.values(), ropt.state.values()):
+        for k in p:
+            assert torch.equal(torch.as_tensor(p[k]).cpu(), torch.as_tensor(q[k]).cpu()), k
+
+
+def test_tensor_over_a_loaded_byte_storage_reads_its_values():
+    """A tensor set over bytes copied to the device (as torch.load does) and
+    views of other dtypes over the same storage see the same bytes."""
+    src = torch.randn(3, 5)
+    storage = src.untyped_storage().to(device="tpu")
+    t = torch.tensor([], device="tpu").set_(storage, 0, (3, 5), (5, 1))
+    assert_same(t, src)
+    as_int = torch.tensor([], dtype=torch.int32, device="tpu").set_(storage, 0, (15,), (1,))
+    assert_same(as_int, src.view(-1).view(torch.int32))
+    assert_same(t[1:, 2:], src[1:, 2:])
+    t.add_(1)
+    assert_same(as_int, (src + 1).view(-1).view(torch.int32))

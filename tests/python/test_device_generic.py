@@ -1,0 +1,140 @@
+"""PyTorch's device-generic Python code (torch.utils.checkpoint,
+torch.random.fork_rng, torch.amp, DataLoader workers, fork handling) reads
+the device module by name: torch.tpu must answer it as torch.cuda does."""
+
+import os
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+import torch_tpu  # noqa: F401
+from conftest import run_python
+
+
+class Block(nn.Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.drop = nn.Dropout(p)
+        self.b = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.b(self.drop(torch.relu(self.a(x)))) + x
+
+
+def _grads(model, x, use_checkpoint, reentrant):
+    torch.tpu.manual_seed(1234)
+    x = x.detach().requires_grad_(True)
+    model.zero_grad()
+    h = x
+    for blk in model:
+        h = checkpoint(blk, h, use_reentrant=reentrant) if use_checkpoint else blk(h)
+    h.pow(2).sum().backward()
+    return [x.grad.cpu()] + [p.grad.cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_checkpoint_with_dropout_recomputes_the_same_mask(reentrant):
+    """The recomputation restores the tpu RNG state saved at the forward, so
+    gradients equal those without checkpointing (they differed by ~7 before
+    torch.tpu had `_initialized`)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block()).to("tpu")
+    x = torch.randn(8, 16, device="tpu")
+    assert torch.tpu._initialized
+    want = _grads(model, x, False, reentrant)
+    got = _grads(model, x, True, reentrant)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_leaves_the_rng_where_the_forward_left_it():
+    """After a checkpointed backward the generator is where a plain forward
+    and backward leave it (the recomputation draws from a forked state)."""
+    model = Block().to("tpu")
+    x = torch.randn(4, 16, device="tpu", requires_grad=True)
+    torch.tpu.manual_seed(7)
+    model(x).sum().backward()
+    plain = torch.tpu.get_rng_state()
+    torch.tpu.manual_seed(7)
+    checkpoint(model, x, use_reentrant=False).sum().backward()
+    assert torch.equal(torch.tpu.get_rng_state(), plain)
+
+
+def test_fork_rng_restores_the_tpu_generator():
+    torch.tpu.manual_seed(3)
+    before = torch.tpu.get_rng_state()
+    with torch.random.fork_rng(device_type="tpu"):
+        torch.rand(5, device="tpu")
+        assert not torch.equal(torch.tpu.get_rng_state(), before)
+    assert torch.equal(torch.tpu.get_rng_state(), before)
+    a = torch.rand(5, device="tpu").cpu()
+    torch.tpu.set_rng_state(before)
+    assert torch.equal(torch.rand(5, device="tpu").cpu(), a)
+
+
+def test_device_module_answers_what_generic_code_asks():
+    mod = torch.get_device_module("tpu")
+    assert mod is torch.tpu
+    assert torch.amp.is_autocast_available("tpu")
+    assert getattr(mod, "_initialized", False) is True
+    assert mod.is_initialized() and not mod._is_in_bad_fork()
+    with pytest.raises(AttributeError):
+        mod.no_such_attribute  # noqa: B018
+    assert torch.accelerator.is_available() or torch.accelerator.current_accelerator() is None
+
+
+FORK_CHILD = textwrap.dedent("""
+    import os, sys, torch, torch_tpu
+    x = torch.ones(3, device="tpu")
+    assert x.sum().item() == 3
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        out = []
+        out.append(str(torch.tpu._is_in_bad_fork()))
+        out.append(str(torch.tpu.is_initialized()))
+        for fn in (lambda: (x + 1).cpu(), lambda: x.cpu(), lambda: torch.zeros(2, device="tpu").sum().item()):
+            try:
+                fn()
+                out.append("no error")
+            except RuntimeError as e:
+                out.append("forked subprocess" in str(e) and "spawn" in str(e))
+        torch.manual_seed(0)  # DataLoader workers do this: it must not touch the device
+        os.write(w, repr(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = os.read(r, 4096).decode()
+    os.waitpid(pid, 0)
+    print(data)
+    print((x * 2).sum().item(), torch.tpu._is_in_bad_fork())
+""")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_forked_child_raises_instead_of_hanging(mode):
+    env = {"TORCH_TPU_DEFER_AND_FUSE": "1" if mode == "fused" else None,
+           "TORCH_TPU_LAUNCH_BLOCKING": "1" if mode == "debug" else None}
+    r = run_python(FORK_CHILD, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[-2] == "['True', 'False', True, True, True]", r.stdout
+    assert lines[-1] == "6.0 False"
+
+
+def test_dataloader_fork_workers_with_the_device_started():
+    """Forked DataLoader workers seed torch (manual_seed reaches the device
+    module) and build CPU batches; the parent moves them to tpu."""
+    torch.ones(1, device="tpu").cpu()
+    ds = torch.utils.data.TensorDataset(torch.arange(12.0).view(6, 2))
+    ctx = "fork" if "fork" in __import__("multiprocessing").get_all_start_methods() else None
+    if ctx is None:
+        pytest.skip("no fork start method")
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2, multiprocessing_context=ctx, timeout=60)
+    total = sum(batch.to("tpu").sum() for (batch,) in loader)
+    assert total.item() == sum(range(12))
+    assert os.getpid() > 0
