@@ -1,5 +1,6 @@
 #include "csrc/aten/generator.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/TensorImpl.h>
@@ -33,16 +34,25 @@ uint64_t TpuGenerator::seed() {
 // State: 16 bytes, the seed then the counter (little endian), as a uint8 CPU
 // tensor like every other generator's get_state().
 c10::intrusive_ptr<c10::TensorImpl> TpuGenerator::get_state() const {
-  at::Tensor state = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+  // Made without the dispatcher, so that a Python mode (FakeTensorMode, as
+  // torch.compile's tracing runs) cannot hand back a tensor without data.
+  at::Tensor state = at::detail::empty_cpu({16}, at::kByte, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
   uint64_t words[2] = {seed_, counter_};
   std::memcpy(state.data_ptr(), words, sizeof(words));
   return state.getIntrusivePtr();
 }
 
 void TpuGenerator::set_state(const c10::TensorImpl& new_state) {
-  TORCH_CHECK(new_state.numel() == 16 && new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
-              "tpu generator state must be a uint8 tensor of 16 bytes, got ", new_state.numel(),
-              " elements of ", new_state.dtype());
+  // CPU's contract: a CPU ByteTensor (TypeError otherwise), of the right size.
+  TORCH_CHECK_TYPE(new_state.device_type() == c10::DeviceType::CPU && new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+                   "RNG state must be a torch.ByteTensor (a uint8 tensor on the CPU), got a ", new_state.dtype(),
+                   " tensor on ", new_state.device_type());
+  TORCH_CHECK(new_state.numel() == 16, "Expected a tpu generator state of 16 bytes but found the input RNG state size to be ",
+              new_state.numel());
+  TORCH_CHECK(!new_state.is_python_dispatch(), "set_state: the RNG state is a tensor subclass or a fake tensor "
+              "(as under FakeTensorMode); pass the real uint8 CPU tensor that get_state() returned");
+  TORCH_CHECK(new_state.is_contiguous() && new_state.has_storage() && new_state.data() != nullptr,
+              "set_state: the RNG state must be a contiguous tensor with data");
   uint64_t words[2];
   std::memcpy(words, new_state.data(), sizeof(words));
   seed_ = words[0];

@@ -35,7 +35,23 @@ struct Entry {
   std::string functional;
   size_t num_functional_args = 0;
   std::vector<size_t> out_args;  // Out: positions of the out arguments
+  // The op refuses written tensors that share any memory with an input,
+  // even fully (CPU's ops that gather, scatter or concatenate call
+  // assert_no_overlap; elementwise ops only refuse partial overlap).
+  bool refuses_full_overlap = false;
 };
+
+// Ops whose CPU kernels refuse an output that is also an input.
+bool refuses_full_overlap(const std::string& functional) {
+  static const char* const kOps[] = {"cat", "stack", "index_select", "gather", "take", "masked_select", "index_add",
+                                     "index_copy", "scatter", "scatter_add", "scatter_reduce", "put"};
+  std::string base = functional.substr(functional.find("::") == std::string::npos ? 0 : functional.find("::") + 2);
+  base = base.substr(0, base.find('.'));
+  for (const char* op : kOps) {
+    if (base == op) return true;
+  }
+  return false;
+}
 
 std::mutex g_entries_mu;
 std::unordered_map<c10::OperatorName, Entry>& entries() {
@@ -449,6 +465,39 @@ void push_returns(torch::jit::Stack* stack, const c10::FunctionSchema& schema, c
   }
 }
 
+// CPU's rules for tensors an op writes (checked on every call, before any
+// program runs, so a refused call writes nothing): an input that partially
+// overlaps a written tensor is refused (TensorIterator's
+// assert_no_partial_overlap; overlaps too hard to decide are allowed, as on
+// CPU), and for the ops of refuses_full_overlap() any shared memory is.
+void check_overlaps(const Entry& e, const std::vector<c10::IValue>& args, const c10::OperatorName& name) {
+  std::vector<at::Tensor> written;
+  if (e.kind == VariantKind::Inplace) {
+    for_each_tensor(args[0], [&](const at::Tensor& t) { if (t.defined()) written.push_back(t); });
+  } else {
+    for (size_t k : e.out_args) for_each_tensor(args[k], [&](const at::Tensor& t) { if (t.defined()) written.push_back(t); });
+  }
+  if (written.empty()) return;
+  std::unordered_set<const c10::StorageImpl*> storages;
+  for (const at::Tensor& w : written) {
+    if (w.has_storage()) storages.insert(w.storage().unsafeGetStorageImpl());
+  }
+  const size_t first = e.kind == VariantKind::Inplace ? 1 : 0;  // self is read and written
+  for (size_t i = first; i < e.num_functional_args && i < args.size(); ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage() || !storages.count(t.storage().unsafeGetStorageImpl())) return;
+      for (const at::Tensor& w : written) {
+        const at::MemOverlapStatus status = at::get_overlap_status(w, t);
+        TORCH_CHECK(status != at::MemOverlapStatus::Partial &&
+                        (status != at::MemOverlapStatus::Full || !e.refuses_full_overlap),
+                    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                    "single memory location. Please clone() the tensor before performing the operation. (", name,
+                    ": argument ", i, " overlaps the tensor it writes)");
+      }
+    });
+  }
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Entry& e = entry_for(op.operator_name());
   const c10::FunctionSchema& schema = op.schema();
@@ -464,6 +513,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                   device, " and ", t.device(), "! (", op.operator_name(), ")");
     });
   }
+
+  if (e.kind != VariantKind::Functional) check_overlaps(e, args, op.operator_name());
 
   const lowering::MatmulPrecision precision = matmul_precision();
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(static_cast<uint8_t>(precision)), args);
@@ -544,6 +595,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.kind = kind;
   e.functional = functional;
   e.num_functional_args = fhandle->schema().arguments().size();
+  e.refuses_full_overlap = refuses_full_overlap(functional);
   if (kind == VariantKind::Out) {
     // Out arguments come last; the others are the functional op's.
     const auto& arguments = handle->schema().arguments();

@@ -57,6 +57,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a "
               "single memory location. Please clone() the tensor before performing the operation.");
+  at::assert_no_partial_overlap(dst, src);  // CPU's copy_ refuses it too (TensorIterator)
   // Copies repeat (optimizer states, .to(), clone): their plans are kept
   // like those of lowered ops.
   static const char kCopy = 0;

@@ -770,6 +770,12 @@ Value Builder::convolution(Value lhs, Value rhs, const Dims& strides,
 
 Value Builder::gather(Value operand, Value indices, const GatherDims& dn, const Dims& slice_sizes,
                       const Dims& result_dims) {
+  // Nothing to gather, or nothing to gather from (XLA rejects a slice of a
+  // zero-size operand; any index into one is out of range, which the
+  // lowering's own checks report): the result is zeros of its type.
+  if (Type{dtype(operand), result_dims}.numel() == 0 || type(operand).numel() == 0) {
+    return zeros(Type{dtype(operand), result_dims});
+  }
   std::string attrs = "dimension_numbers = #stablehlo.gather<";
   std::string sep;
   auto field = [&](const char* name, const Dims& v) {
@@ -803,6 +809,8 @@ Value Builder::scatter(Value operand, Value indices, Value updates, const Scatte
   field("scatter_dims_to_operand_dims", dn.scatter_dims_to_operand_dims);
   attrs += sep + "index_vector_dim = " + std::to_string(dn.index_vector_dim) + ">";
   attrs += ", indices_are_sorted = false, unique_indices = false";
+  // No updates, or nothing to update: the operand as it is.
+  if (type(updates).numel() == 0 || type(operand).numel() == 0) return operand;
   Type scalar{dtype(operand), {}};
   RegionBody body = combiner ? combiner : RegionBody([](Builder&, const std::vector<Value>& a) {
     return std::vector<Value>{a[1]};

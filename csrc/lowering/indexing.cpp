@@ -91,6 +91,29 @@ struct AdvancedIndex {
 
 // self[indices] for Tensor?[] indices (None entries are full slices; bool
 // masks select their nonzero positions, which needs their count).
+// Flat positions [k] in a tensor of `sizes` -> one coordinate [k] per dim.
+// (A zero-size dim holds no position, so its stride may be anything: the
+// strides are products of the later sizes, clamped to 1, never a quotient.)
+std::vector<Value> unravel_dims(Builder& b, Value pos, const Dims& sizes) {
+  const int64_t k = b.dims(pos)[0];
+  const int64_t r = static_cast<int64_t>(sizes.size());
+  std::vector<int64_t> strides(r, 1);
+  for (int64_t d = r - 2; d >= 0; --d) strides[d] = strides[d + 1] * std::max<int64_t>(sizes[d + 1], 1);
+  std::vector<Value> coords;
+  for (int64_t d = 0; d < r; ++d) {
+    coords.push_back(b.rem(b.div(pos, b.full_int(strides[d], DType::I64, {k})), b.full_int(sizes[d], DType::I64, {k})));
+  }
+  return coords;
+}
+
+// The same as coordinates [k, rank].
+Value unravel(Builder& b, Value pos, const Dims& sizes) {
+  const int64_t k = b.dims(pos)[0];
+  std::vector<Value> cols;
+  for (Value coord : unravel_dims(b, pos, sizes)) cols.push_back(b.reshape(coord, {k, 1}));
+  return b.concatenate(cols, 1);
+}
+
 AdvancedIndex advanced_index(Context& c, size_t self_arg, size_t indices_arg) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(self_arg);
@@ -120,13 +143,7 @@ AdvancedIndex advanced_index(Context& c, size_t self_arg, size_t indices_arg) {
       int64_t n = 0;
       Value picked = true_positions(c, flat, &n);
       // Unravel flat positions into per-dim coordinates.
-      int64_t stride = infos[i].numel();
-      for (int64_t k = 0; k < infos[i].dim(); ++k) {
-        stride /= infos[i].sizes[k];
-        Value coord = b.div(picked, b.full_int(stride, DType::I64, {n}));
-        coord = b.rem(coord, b.full_int(infos[i].sizes[k], DType::I64, {n}));
-        per_dim.push_back(coord);
-      }
+      for (Value coord : unravel_dims(b, picked, infos[i].sizes)) per_dim.push_back(coord);
       continue;
     }
     TORCH_CHECK_INDEX(c10::isIntegralType(t, false),
@@ -537,20 +554,6 @@ std::vector<Value> lower_masked_select(Context& c) {
   Value pos = true_positions(c, m, &count);
   if (count == 0) return one(b.zeros(Type{to_hlo(self.dtype), {0}}));
   return one(gather_points(b, x, b.reshape(pos, {count, 1})));
-}
-
-// Flat positions [k] in a tensor of `sizes` -> coordinates [k, rank].
-Value unravel(Builder& b, Value pos, const Dims& sizes) {
-  const int64_t k = b.dims(pos)[0];
-  std::vector<Value> cols;
-  int64_t stride = 1;
-  for (int64_t s : sizes) stride *= s;
-  for (int64_t s : sizes) {
-    stride /= s;
-    Value coord = b.rem(b.div(pos, b.full_int(stride, DType::I64, {k})), b.full_int(s, DType::I64, {k}));
-    cols.push_back(b.reshape(coord, {k, 1}));
-  }
-  return b.concatenate(cols, 1);
 }
 
 std::vector<Value> lower_nonzero(Context& c) {

@@ -1,0 +1,143 @@
+"""Regressions of issue-12 classes: inputs that crashed the process, hung,
+or were accepted where CPU raises. Each case runs on CPU and on tpu and must
+give the same outcome: the same exception type, or the same values."""
+
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401
+from conftest import assert_same, run_python
+
+
+def _outcome(fn, device):
+    """('ok', result on the CPU) or (exception type,); the input x is the
+    arange 2x3 float tensor on `device`."""
+    x = torch.arange(6.0, device=device).view(2, 3).clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            out = fn(x, device)
+        except Exception as e:  # noqa: BLE001  (the type is what is compared)
+            return (type(e),)
+    return ("ok", x.cpu(), out.cpu() if isinstance(out, torch.Tensor) else None)
+
+
+def _same_outcome(fn):
+    cpu, tpu = _outcome(fn, "cpu"), _outcome(fn, "tpu")
+    assert cpu[0] == tpu[0], (cpu, tpu)
+    if cpu[0] == "ok":
+        torch.testing.assert_close(tpu[1], cpu[1])
+        if cpu[2] is not None:
+            torch.testing.assert_close(tpu[2], cpu[2])
+
+
+def _long(d, *shape):
+    return torch.zeros(*shape, dtype=torch.long, device=d)
+
+
+OVERLAPS = {
+    "cat_out_is_input": lambda x, d: torch.cat([x, x], out=x),
+    "cat_out_is_only_input": lambda x, d: torch.cat([x], out=x),
+    "stack_out_views_input": lambda x, d: torch.stack([x[0], x[1]], out=x),
+    "index_select_out_is_input": lambda x, d: torch.index_select(x, 0, torch.tensor([1, 0], device=d), out=x),
+    "gather_out_is_input": lambda x, d: torch.gather(x, 1, _long(d, 2, 3), out=x),
+    "take_out_is_input": lambda x, d: torch.take(x, _long(d, 2, 3), out=x),
+    "index_add_source_is_self": lambda x, d: x.index_add_(0, torch.tensor([1, 0], device=d), x),
+    "scatter_source_is_self": lambda x, d: x.scatter_(1, _long(d, 2, 3), x),
+    "partial_in_place": lambda x, d: x.view(-1)[1:].add_(x.view(-1)[:-1]),
+    "partial_out": lambda x, d: torch.mul(x.view(-1)[1:], 2, out=x.view(-1)[:-1]),
+    "partial_copy": lambda x, d: x.view(-1)[1:].copy_(x.view(-1)[:-1]),
+    # Allowed on CPU: an elementwise op may write the tensor it reads.
+    "add_out_is_input": lambda x, d: torch.add(x, x, out=x),
+    "add_self": lambda x, d: x.add_(x),
+    "where_out_is_input": lambda x, d: torch.where(x > 2, x, x, out=x),
+    "cumsum_out_is_input": lambda x, d: torch.cumsum(x, 1, out=x),
+    "addmm_out_is_input": lambda x, d: torch.addmm(x, torch.ones(2, 2, device=d), x, out=x),
+    "sort_out_is_input": lambda x, d: torch.sort(x, out=(x, torch.empty(2, 3, dtype=torch.long, device=d))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAPS))
+def test_overlapping_outputs_follow_cpu(name):
+    """out= and in-place writes that share memory with an input raise where
+    CPU raises (and write nothing), and compute CPU's values where CPU
+    accepts them; in every mode (fused eager deadlocked on cat out=x)."""
+    _same_outcome(OVERLAPS[name])
+
+
+def test_refused_overlap_writes_nothing_and_later_work_is_unaffected():
+    x = torch.arange(4.0, device="tpu")
+    y = x * 2
+    with pytest.raises(RuntimeError, match="single memory location"):
+        torch.cat([x, x], out=x)
+    assert_same(x, torch.arange(4.0))
+    assert_same(y, torch.arange(4.0) * 2)
+
+
+@pytest.mark.parametrize("shape", [(0,), (4, 0), (0, 4), (0, 0, 3)], ids=str)
+def test_boolean_mask_of_zero_size_tensor(shape):
+    """Crashed the interpreter with SIGFPE (a stride divided by a zero size)."""
+    x = torch.zeros(shape)
+    m = torch.zeros(shape, dtype=torch.bool)
+    assert_same(x.to("tpu")[m.to("tpu")], x[m])
+    assert_same(torch.nonzero(m.to("tpu")), torch.nonzero(m))
+    if x.dim() > 1:  # a mask over the leading dims only
+        lead = m.any(-1)
+        assert_same(x.to("tpu")[lead.to("tpu")], x[lead])
+
+
+@pytest.mark.parametrize("src,idx", [((0,), (0,)), ((0, 3), (0,)), ((2, 0), (2,)), ((0, 3), (2, 0))], ids=str)
+def test_gathers_from_and_into_zero_size_tensors(src, idx):
+    """An empty index on a zero-size source failed with XLA compiler text."""
+    x, i = torch.zeros(src), torch.zeros(idx, dtype=torch.long)
+    xt, it = x.to("tpu"), i.to("tpu")
+    assert_same(xt[it], x[it.cpu()])
+    if i.dim() == 1:
+        assert_same(xt.index_select(0, it), x.index_select(0, i))
+    assert_same(torch.zeros(src, device="tpu").index_put_((it,), torch.zeros((), device="tpu")),
+                torch.zeros(src).index_put_((i,), torch.zeros(())))
+
+
+def test_rng_state_must_be_a_cpu_byte_tensor():
+    """A tpu or float state segfaulted; CPU's contract is a TypeError."""
+    state = torch.tpu.get_rng_state()
+    assert state.device.type == "cpu" and state.dtype == torch.uint8
+    for bad in (state.to("tpu"), state.float()):
+        with pytest.raises(TypeError, match="ByteTensor"):
+            torch.tpu.set_rng_state(bad)
+        with pytest.raises(TypeError, match="ByteTensor"):
+            torch.Generator("tpu").set_state(bad)
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.tpu.set_rng_state(state[:8])
+    g = torch.Generator("tpu")
+    g.set_state(state)
+    assert torch.equal(g.get_state(), state)
+
+
+def test_rng_state_under_fake_tensor_mode():
+    """torch.compile's tracing reads the state under FakeTensorMode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = torch.tpu.get_rng_state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with FakeTensorMode():
+            s = torch.tpu.get_rng_state()
+            g = torch.Generator("tpu").get_state()
+    assert s.shape == (16,) and g.shape == (16,)
+    assert torch.equal(torch.tpu.get_rng_state(), real)
+
+
+def test_no_crash_in_a_fresh_process():
+    """The crashes above killed the process: run them in a child too."""
+    code = (
+        "import torch, torch_tpu\n"
+        "x = torch.zeros(0, device='tpu'); m = torch.zeros(0, dtype=torch.bool, device='tpu')\n"
+        "assert x[m].shape == (0,)\n"
+        "try:\n    torch.tpu.set_rng_state(torch.tpu.get_rng_state().to('tpu'))\nexcept TypeError:\n    pass\n"
+        "print('alive')\n"
+    )
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0 and "alive" in r.stdout, r.stderr
