@@ -181,13 +181,18 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
     try {
       check(outs[next], plan.checks[k]);
     } catch (const exec::CheckFailure& e) {
-      TORCH_CHECK_INDEX(false, e.what());
+      raise_check_failure(e);
     }
   }
   return results;
 }
 
 }  // namespace
+
+void raise_check_failure(const exec::CheckFailure& e) {
+  if (e.is_index_error()) TORCH_CHECK_INDEX(false, e.what());
+  TORCH_CHECK(false, e.what());
+}
 
 const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -19,6 +19,7 @@
 
 #include "csrc/aten/storage.h"
 #include "csrc/exec/deferred.h"
+#include "csrc/exec/runtime.h"
 #include "csrc/exec/strided.h"
 #include "csrc/hlo/builder.h"
 
@@ -173,6 +174,9 @@ class EagerProgram {
   std::shared_ptr<const ProgramPlan> plan_;
   BoundProgram bound_;
 };
+
+// Raise a failed device-side check with PyTorch's exception type.
+[[noreturn]] void raise_check_failure(const exec::CheckFailure& e);
 
 // Bytes <-> elements reinterpretation of a rank-1 value (x.view(dtype)).
 hlo::Value reinterpret_flat(hlo::Builder& b, hlo::Value flat, hlo::DType to);

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
+#include "csrc/aten/eager.h"
 #include "csrc/aten/generator.h"
 #include "csrc/aten/kernels.h"
 #include "csrc/aten/op_memo.h"
@@ -64,7 +65,7 @@ void synchronize(int64_t device) {
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "tpu: a program failed on the device: ", e.what());
   } catch (const exec::CheckFailure& e) {
-    TORCH_CHECK_INDEX(false, e.what());
+    raise_check_failure(e);
   }
 }
 

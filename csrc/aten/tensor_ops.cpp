@@ -48,7 +48,7 @@ void verify_device_checks(int device) {
   try {
     exec::Runtime::get().verify_checks(device);
   } catch (const exec::CheckFailure& e) {
-    TORCH_CHECK_INDEX(false, e.what());
+    raise_check_failure(e);
   }
 }
 

@@ -142,6 +142,18 @@ Value floor_div_int(Builder& b, Value a, Value d) {
   return b.select(adjust, b.sub(q, b.full_int(1, b.dtype(a), b.dims(a))), q);
 }
 
+// Integer division by zero raises on CPU ("ZeroDivisionError", a
+// RuntimeError): checked on the device, raised at the next wait.
+void check_nonzero_divisor(Context& c, Value d) {
+  Builder& b = c.b;
+  if (b.type(d).numel() == 0) return;
+  Value ok = b.compare(Cmp::NE, d, b.zeros(b.type(d)));
+  Dims all;
+  for (int64_t k = 0; k < b.rank(ok); ++k) all.push_back(k);
+  if (!all.empty()) ok = b.reduce(ok, b.constant_bool(true), all, "stablehlo.and");
+  c.args.check(ok, "ZeroDivisionError (" + std::string(c.op) + ": an integer divided by zero)");
+}
+
 std::vector<Value> divide(Context& c, const std::string& mode) {
   ResultType r;
   promote_arg(r, c, 0);
@@ -163,6 +175,7 @@ std::vector<Value> divide(Context& c, const std::string& mode) {
   Value q;
   if (is_integral(common)) {
     TORCH_CHECK_NOT_IMPLEMENTED(common != at::kBool, "\"div_", mode, "_cpu\" not implemented for 'Bool'");
+    check_nonzero_divisor(c, d);
     q = mode == "trunc" ? b.div(a, d) : floor_div_int(b, a, d);
   } else {
     q = mode == "trunc" ? trunc_float(b, b.div(a, d)) : floor_div_float(b, a, d);
@@ -181,10 +194,15 @@ Value python_mod(Builder& b, Value a, Value d) {
 
 std::vector<Value> lower_remainder(Context& c) {
   Promoted p = promote2(c, 0, 1, true);
+  if (is_integral(p.compute) && p.compute != at::kBool) check_nonzero_divisor(c, p.b);
   return one(cast(c.b, python_mod(c.b, p.a, p.b), p.type));
 }
 
-std::vector<Value> lower_fmod(Context& c) { return binary_arith(c, "stablehlo.remainder"); }
+std::vector<Value> lower_fmod(Context& c) {
+  Promoted p = promote2(c, 0, 1, true);
+  if (is_integral(p.compute) && p.compute != at::kBool) check_nonzero_divisor(c, p.b);
+  return binary_arith(c, "stablehlo.remainder");
+}
 
 std::vector<Value> lower_pow(Context& c) {
   Promoted p = promote2(c, 0, 1, true);
@@ -590,6 +608,10 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::div.Scalar_mode", [](Context& c) { return divide(c, c.args.has(2) ? c.args.string(2) : ""); });
   reg("aten::floor_divide", [](Context& c) { return divide(c, "floor"); });
   reg("aten::floor_divide.Scalar", [](Context& c) { return divide(c, "floor"); });
+  // The in-place forms carry an overload name the functional op lacks, so
+  // they are not found as its variants (x //= 2 reaches floor_divide_.Tensor).
+  reg("aten::floor_divide_.Tensor", [](Context& c) { return divide(c, "floor"); });
+  reg("aten::floor_divide_.Scalar", [](Context& c) { return divide(c, "floor"); });
   reg("aten::remainder.Tensor", lower_remainder);
   reg("aten::remainder.Scalar", lower_remainder);
   reg("aten::remainder.Scalar_Tensor", lower_remainder);

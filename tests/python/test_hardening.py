@@ -141,3 +141,44 @@ def test_no_crash_in_a_fresh_process():
     )
     r = run_python(code, timeout=120)
     assert r.returncode == 0 and "alive" in r.stdout, r.stderr
+
+
+DIVISIONS = {
+    "floor_divide_scalar": lambda x: x // 0,
+    "floor_divide_tensor": lambda x: x // torch.tensor([1, 0], device=x.device),
+    "remainder": lambda x: x % 0,
+    "fmod": lambda x: torch.fmod(x, torch.zeros(2, dtype=x.dtype, device=x.device)),
+    "div_trunc": lambda x: torch.div(x, 0, rounding_mode="trunc"),
+    "div_floor": lambda x: torch.div(x, torch.tensor(0, device=x.device), rounding_mode="floor"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIVISIONS))
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_integer_division_by_zero_raises(name, dtype):
+    """Returned garbage; CPU raises ZeroDivisionError (a RuntimeError). On tpu
+    it is a device-side check, raised at the next wait (at once in debug
+    eager); unrelated tensors stay readable."""
+    fn = DIVISIONS[name]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(torch.tensor([7, 8], dtype=dtype))
+    other = torch.arange(3.0, device="tpu") * 2
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fn(torch.tensor([7, 8], dtype=dtype, device="tpu")).cpu()
+    assert_same(other, torch.arange(3.0) * 2)
+    # Float division by zero is IEEE arithmetic, as on CPU.
+    assert_same(fn(torch.tensor([7.0, -8.0], device="tpu")), fn(torch.tensor([7.0, -8.0])))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bfloat16])
+def test_in_place_floor_divide(dtype):
+    """x //= 2 raised NotImplementedError for every tensor."""
+    c = torch.arange(-7, 9, dtype=dtype).view(4, 4)
+    t = c.to("tpu")
+    t //= 3
+    c //= 3
+    assert_same(t, c)
+    t2, c2 = c.to("tpu").mT, c.clone().mT
+    t2.floor_divide_(torch.tensor([2, -3, 4, 5], dtype=dtype, device="tpu"))
+    c2.floor_divide_(torch.tensor([2, -3, 4, 5], dtype=dtype))
+    assert_same(t2, c2)
