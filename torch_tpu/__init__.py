@@ -26,8 +26,10 @@ __all__ = [
     "cache_stats",
     "clear_cache",
     "cpu_fallback_counts",
+    "device_count",
     "execution_mode",
     "get_execution_mode",
+    "is_available",
     "plugin_info",
     "set_cpu_fallback",
     "set_execution_mode",
@@ -83,6 +85,16 @@ def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 
 register_optimizer_step_post_hook(_flush_after_optimizer_step)
+
+
+def is_available() -> bool:
+    """Whether a tpu device can be used (the same as ``torch.tpu.is_available``)."""
+    return _tpu_module.is_available()
+
+
+def device_count() -> int:
+    """Number of tpu devices (the same as ``torch.tpu.device_count``)."""
+    return _tpu_module.device_count()
 
 
 def plugin_info() -> dict[str, str]:

@@ -78,7 +78,8 @@ class device:
     """Context manager that makes ``idx`` the current tpu device."""
 
     def __init__(self, idx: Any):
-        self.idx = _index(idx) if idx is not None else None
+        # None and -1 leave the current device as it is (as torch.cuda.device does).
+        self.idx = None if idx is None or (isinstance(idx, int) and idx < 0) else _index(idx)
         self.prev = None
 
     def __enter__(self):

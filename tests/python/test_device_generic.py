@@ -138,3 +138,14 @@ def test_dataloader_fork_workers_with_the_device_started():
     total = sum(batch.to("tpu").sum() for (batch,) in loader)
     assert total.item() == sum(range(12))
     assert os.getpid() > 0
+
+
+def test_package_level_aliases_and_device_context():
+    assert torch_tpu.is_available() == torch.tpu.is_available()
+    assert torch_tpu.device_count() == torch.tpu.device_count() >= 1
+    before = torch.tpu.current_device()
+    for idx in (None, -1):
+        with torch.tpu.device(idx):
+            assert torch.tpu.current_device() == before
+    with torch.tpu.device(torch.device("tpu", 0)):
+        assert torch.tpu.current_device() == 0
