@@ -178,7 +178,12 @@ def cpu_fallback_counts() -> dict[str, int]:
 
 def set_execution_mode(mode: str) -> None:
     """``"strict"`` (asynchronous, the default), ``"debug"`` (synchronous) or
-    ``"fused"`` (ops are deferred and run together as one program)."""
+    ``"fused"`` (ops are deferred and run together as one program).
+
+    Sets the mode of the calling thread's innermost ``execution_mode`` scope;
+    outside every scope, the process default (what threads without a scope
+    use; ``TORCH_TPU_DEFER_AND_FUSE=1`` / ``TORCH_TPU_LAUNCH_BLOCKING=1`` set
+    its initial value). Leaving fused mode runs what was deferred."""
     _ops.set_execution_mode(mode)
 
 
@@ -205,13 +210,22 @@ def fused_max_ops() -> int:
     return int(_ops.fused_max_ops())
 
 
-@contextlib.contextmanager
-def execution_mode(mode: str):
-    """Run the block in ``mode`` (``"debug"``, ``"strict"`` or ``"fused"``).
-    Leaving fused mode runs what the block deferred."""
-    previous = get_execution_mode()
-    set_execution_mode(mode)
-    try:
-        yield
-    finally:
-        set_execution_mode(previous)
+class execution_mode(contextlib.ContextDecorator):
+    """Run the block in ``mode`` (``"debug"``, ``"strict"`` or ``"fused"``) on
+    the calling thread only; other threads keep their own modes. The block's
+    backward passes (autograd runs them on its own threads) follow it too, so
+    a fused forward, backward and optimizer step make one program. Leaving a
+    fused block runs what it deferred. Usable as a decorator."""
+
+    def __init__(self, mode: str):
+        if mode not in ("debug", "strict", "fused"):
+            raise RuntimeError(f"tpu: unknown execution mode '{mode}'; expected 'debug', 'strict' or 'fused'")
+        self.mode = mode
+
+    def __enter__(self):
+        _ops._enter_execution_mode(self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        _ops._exit_execution_mode()
+        return False

@@ -8,6 +8,7 @@
 #include "csrc/aten/generator.h"
 #include "csrc/aten/storage.h"
 #include "csrc/aten/tensor_ops.h"
+#include "csrc/aten/executor_scope.h"
 #include "csrc/exec/runtime.h"
 
 namespace tpu {
@@ -67,11 +68,11 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
   bool queryStream(const c10::Stream& stream) const override { return true; }
   void synchronizeStream(const c10::Stream& stream) const override {
-    exec::Runtime::get().synchronize(stream.device_index());
+    synchronize_device(stream.device_index());
   }
   void synchronizeEvent(void* event) const override {}
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    exec::Runtime::get().synchronize(device_index);
+    synchronize_device(device_index);
   }
 };
 

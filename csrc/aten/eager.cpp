@@ -1,5 +1,7 @@
 #include "csrc/aten/eager.h"
 
+#include "csrc/aten/executor_scope.h"
+
 #include <ATen/native/Resize.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -111,8 +113,8 @@ c10::Scalar number_of(const c10::IValue& v) { return v.isTensor() ? v.toTensor()
 TpuStorage::Value operand_value(TpuStorage& s, int device) {
   TpuStorage::Value v = s.raw_value();
   if (v.deferred) {
-    auto& rt = exec::Runtime::get();
-    const bool stays = rt.mode() == exec::ExecutionMode::Fused && v.deferred->pending_in(&rt.graph(device));
+    exec::Executor& ex = current_executor();
+    const bool stays = ex.fused() && v.deferred->pending_in(&ex.graph(device));
     if (!stays) v = s.value();  // runs the graph it waits in
   }
   return v;
@@ -214,8 +216,9 @@ const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) 
 std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, BoundProgram& bound, int device) {
   const ProgramPlan& plan = *kept;
   auto& rt = exec::Runtime::get();
-  if (rt.mode() == exec::ExecutionMode::Fused) {
-    exec::DeferredGraph& graph = rt.graph(device);
+  exec::Executor& ex = current_executor();
+  if (ex.fused()) {
+    exec::DeferredGraph& graph = ex.graph(device);
     // The function's text is made only if the graph must be compiled.
     std::vector<exec::DeferredPtr> outs = graph.record(
         plan.name, [kept] { return kept->builder->function(kept->name, kept->outputs); }, bound.args,
@@ -242,14 +245,15 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   }
   const ProgramPlan::Variant& program = plan.variant(mask);
   std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(bound.args);
-  std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device);
+  const bool wait = ex.waits();
+  std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device, wait);
   return deliver(
       plan, bound, outs,
       [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes) {
         return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device);
       },
       [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t) { s.set_value(b, t); },
-      [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message); });
+      [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message, wait); });
 }
 
 BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {

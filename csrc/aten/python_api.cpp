@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "csrc/aten/eager.h"
+#include "csrc/aten/executor_scope.h"
 #include "csrc/aten/generator.h"
 #include "csrc/aten/kernels.h"
 #include "csrc/aten/op_memo.h"
@@ -61,7 +62,7 @@ std::string device_name(int64_t device) { return runtime().device(static_cast<in
 
 void synchronize(int64_t device) {
   try {
-    runtime().synchronize(static_cast<int>(device));
+    synchronize_device(static_cast<int>(device));
   } catch (const pjrt::Error& e) {
     TORCH_CHECK(false, "tpu: a program failed on the device: ", e.what());
   } catch (const exec::CheckFailure& e) {
@@ -88,23 +89,30 @@ std::vector<int64_t> op_memo_counts() {
 }
 void set_op_memo_enabled(bool enabled) { set_op_memo(enabled); }
 
-void set_execution_mode(std::string mode) {
+exec::ExecutionMode parse_mode(const std::string& mode) {
   TORCH_CHECK(mode == "debug" || mode == "strict" || mode == "fused", "tpu: unknown execution mode '", mode,
               "'; expected 'debug', 'strict' or 'fused'");
-  runtime().set_mode(mode == "debug"    ? exec::ExecutionMode::Debug
-                     : mode == "fused" ? exec::ExecutionMode::Fused
-                                       : exec::ExecutionMode::Strict);
+  return mode == "debug" ? exec::ExecutionMode::Debug
+         : mode == "fused" ? exec::ExecutionMode::Fused
+                           : exec::ExecutionMode::Strict;
 }
+// The mode of the calling thread's executor: its innermost scope's, or
+// (outside every scope) the process default's.
+void set_execution_mode(std::string mode) { current_executor().set_mode(parse_mode(mode)); }
 std::string execution_mode() {
-  switch (runtime().mode()) {
+  switch (current_executor().mode()) {
     case exec::ExecutionMode::Debug: return "debug";
     case exec::ExecutionMode::Fused: return "fused";
     default: return "strict";
   }
 }
-// Run the deferred graphs of every device (fused eager), without waiting.
+void enter_execution_mode(std::string mode) { enter_execution_scope(parse_mode(mode)); }
+void exit_execution_mode() { exit_execution_scope(); }
+// Run the calling thread's deferred graphs (fused eager), without waiting.
 void flush() {
-  for (int d = 0; d < runtime().device_count(); ++d) runtime().graph(d).flush();
+  if (!exec::Runtime::started()) return;
+  current_executor().flush();
+  exec::Executor::process_default().flush();
 }
 int64_t fused_max_ops() { return static_cast<int64_t>(exec::DeferredGraph::max_programs()); }
 std::vector<int64_t> fused_stats() {
@@ -171,10 +179,15 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts_op() 
 }
 
 // Debugging aid: what a tensor's storage holds on the device.
+// What a tpu tensor's storage holds, without running anything: a buffer, a
+// value a deferred graph will produce, or nothing yet (zeros).
 std::string storage_info(const at::Tensor& t) {
-  TpuStorage::Value v = storage_of(t).value();
-  return std::string(v.buffer ? "buffer " + v.type.str() : "zeros (never written)") +
-         ", nbytes=" + std::to_string(storage_of(t).nbytes());
+  TpuStorage::Value v = storage_of(t).raw_value();
+  const std::string what = v.deferred && v.deferred->pending() ? "deferred " + v.type.str()
+                           : v.deferred            ? "buffer " + v.type.str()
+                           : v.buffer ? "buffer " + v.type.str()
+                                      : std::string("zeros (never written)");
+  return what + ", nbytes=" + std::to_string(storage_of(t).nbytes());
 }
 
 }  // namespace
@@ -202,6 +215,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("set_op_memo(bool enabled) -> ()", &set_op_memo_enabled);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
+  m.def("_enter_execution_mode(str mode) -> ()", &enter_execution_mode);
+  m.def("_exit_execution_mode() -> ()", &exit_execution_mode);
   m.def("flush() -> ()", &flush);
   m.def("fused_stats() -> int[]", &fused_stats);
   m.def("fused_max_ops() -> int", &fused_max_ops);

@@ -80,7 +80,7 @@ std::vector<DeferredPtr> DeferredGraph::record(const std::string& name,
 void DeferredGraph::add_check(DeferredPtr ok, std::string message) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (!ok->pending_in(this)) {  // the graph already ran (size limit)
-    Runtime::get().add_check(device_, ok->resolve(), std::move(message));
+    runtime_.add_check(device_, ok->resolve(), std::move(message));
     return;
   }
   checks_.emplace_back(std::move(ok), std::move(message));
@@ -239,7 +239,7 @@ void DeferredGraph::flush_locked() {
   ++g_flushes;
   std::vector<pjrt::BufferPtr> outs;
   try {
-    outs = Runtime::get().run(key, build_text, raw, device_);
+    outs = runtime_.run(key, build_text, raw, device_);
   } catch (const std::exception& e) {
     const std::string msg = std::string("a fused eager program failed: ") + e.what();
     for (auto& v : live) {
@@ -253,7 +253,7 @@ void DeferredGraph::flush_locked() {
     live[k]->buffer_ = outs[k];
     live[k]->graph_ = nullptr;
   }
-  for (auto& [v, msg] : checks) Runtime::get().add_check(device_, v->buffer_, std::move(msg));
+  for (auto& [v, msg] : checks) runtime_.add_check(device_, v->buffer_, std::move(msg));
 }
 
 }  // namespace tpu::exec

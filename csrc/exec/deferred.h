@@ -26,6 +26,7 @@
 namespace tpu::exec {
 
 class DeferredGraph;
+class Runtime;
 
 // A device value that a recorded program will produce.
 class DeferredValue {
@@ -34,8 +35,9 @@ class DeferredValue {
   // The buffer, running the graph first if it has not run yet; throws the
   // graph's error if it failed.
   pjrt::BufferPtr resolve();
-  // Whether the value is still waiting in `graph`.
+  // Whether the value is still waiting in `graph` (in any graph).
   bool pending_in(const DeferredGraph* graph) const;
+  bool pending() const { return graph_ != nullptr; }
 
  private:
   friend class DeferredGraph;
@@ -64,7 +66,7 @@ struct DeferredStats {
 
 class DeferredGraph {
  public:
-  explicit DeferredGraph(int device) : device_(device) {}
+  DeferredGraph(Runtime& runtime, int device) : runtime_(runtime), device_(device) {}
 
   // Records the program `function_text` (a private function named `name`,
   // see hlo::Builder::function) applied to `args`; returns its results.
@@ -103,6 +105,7 @@ class DeferredGraph {
   Ref ref_for(const ProgramArg& a);
   void flush_locked();
 
+  Runtime& runtime_;
   const int device_;
   mutable std::recursive_mutex mu_;
   std::vector<pjrt::BufferPtr> params_;

@@ -96,9 +96,6 @@ Runtime::Runtime(const RuntimeConfig& config) {
   co.portable = portable_ = client_->devices().size() > 1;
   compile_options_ = co.serialize();
   pending_.resize(client_->devices().size());
-  for (size_t i = 0; i < client_->devices().size(); ++i) {
-    graphs_.push_back(std::make_unique<DeferredGraph>(static_cast<int>(i)));
-  }
   checks_.resize(client_->devices().size());
   // TORCH_TPU_CACHE_DIR: a directory, or "0"/"off" for none (torch_tpu
   // passes the resolved choice, defaulting to the user's cache directory).
@@ -114,17 +111,6 @@ Runtime::Runtime(const RuntimeConfig& config) {
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
   cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity, config.session);
-  const std::string fuse = env("TORCH_TPU_DEFER_AND_FUSE");
-  if (!fuse.empty() && fuse != "0") mode_ = ExecutionMode::Fused;
-  const std::string blocking = env("TORCH_TPU_LAUNCH_BLOCKING");
-  if (!blocking.empty() && blocking != "0") mode_ = ExecutionMode::Debug;
-}
-
-void Runtime::set_mode(ExecutionMode m) {
-  if (mode_ == ExecutionMode::Fused && m != ExecutionMode::Fused) {
-    for (auto& g : graphs_) g->flush();
-  }
-  mode_ = m;
 }
 
 const pjrt::Device& Runtime::device(int index) const {
@@ -137,20 +123,20 @@ const pjrt::Device& Runtime::device(int index) const {
 
 std::vector<pjrt::BufferPtr> Runtime::run(const std::string& program,
                                           const std::vector<pjrt::c::PJRT_Buffer*>& args,
-                                          int device_index) {
-  return run(program, [&] { return program; }, args, device_index);
+                                          int device_index, bool wait) {
+  return run(program, [&] { return program; }, args, device_index, wait);
 }
 
 std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::function<std::string()>& program,
                                           const std::vector<pjrt::c::PJRT_Buffer*>& args,
-                                          int device_index) {
+                                          int device_index, bool wait) {
   pjrt::ExecutablePtr exe = cache_->get_or_compile(key, program, compile_options_);
   const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
   ++executions_;
   std::unique_ptr<pjrt::Event> done;
   std::vector<pjrt::BufferPtr> out = exe->execute(args, dev, &done);
   if (!done) return out;
-  if (mode_ == ExecutionMode::Debug) {
+  if (wait) {
     done->await();
     return out;
   }
@@ -169,7 +155,6 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
 
 void Runtime::synchronize(int device_index) {
   device(device_index);  // validates
-  graphs_[device_index]->flush();
   std::vector<std::unique_ptr<pjrt::Event>> events;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
@@ -179,12 +164,11 @@ void Runtime::synchronize(int device_index) {
   verify_checks(device_index);
 }
 
-void Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message) {
-  bool verify_now = mode_ == ExecutionMode::Debug;
+void Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message, bool verify_now) {
   {
     std::lock_guard<std::mutex> lock(checks_mu_);
     auto& list = checks_.at(device_index);
-    list.push_back({std::move(ok), std::move(message)});
+    list.push_back({std::move(ok), std::move(message), !verify_now});
     verify_now |= list.size() >= 1024;  // bounded: verify a long backlog
   }
   if (verify_now) verify_checks(device_index);
@@ -200,7 +184,7 @@ void Runtime::verify_checks(int device_index) {
     uint8_t ok = 1;
     c.ok->to_host(&ok, 1);
     if (!ok) {
-      const std::string where = mode_ == ExecutionMode::Debug
+      const std::string where = !c.asynchronous
                                     ? ""
                                     : " (detected asynchronously, after the op ran; set "
                                       "TORCH_TPU_LAUNCH_BLOCKING=1 to raise it at the op)";

@@ -1,5 +1,7 @@
 // The process-wide device runtime: one PJRT plugin, one client, its devices,
-// the executable cache, and the execution mode. Created lazily on first use.
+// and the executable cache. Created lazily on first use. How programs are
+// run (at once, waited for, or deferred) is the executor's business
+// (executor.h), not the runtime's.
 #pragma once
 
 #include <string_view>
@@ -14,6 +16,7 @@
 
 #include "csrc/exec/deferred.h"
 #include "csrc/exec/executable_cache.h"
+#include "csrc/exec/executor.h"
 #include "csrc/hlo/types.h"
 #include "csrc/pjrt/client.h"
 
@@ -26,11 +29,6 @@ struct RuntimeConfig {
   std::string cache_dir;          // persistent compile cache (TORCH_TPU_CACHE_DIR)
   std::string session;            // names the workload for warm starts (ExecutableCache)
 };
-
-// Debug: wait for every program and surface its errors at the op that ran it.
-// Strict: asynchronous; the host waits only when it reads a value.
-// Fused: programs are recorded into a DeferredGraph and run together.
-enum class ExecutionMode { Debug, Strict, Fused };
 
 class Runtime {
  public:
@@ -47,34 +45,29 @@ class Runtime {
   // Whether executables are compiled for any device (chosen at execution).
   bool portable() const { return portable_; }
 
-  ExecutionMode mode() const { return mode_; }
-  // Leaving fused mode runs what was deferred.
-  void set_mode(ExecutionMode m);
-
-  // The fused eager graph of `device`.
-  DeferredGraph& graph(int device) { return *graphs_.at(device); }
-
-  // Compile (or find) `program` and run it on device `index`.
+  // Compile (or find) `program` and run it on device `index`; `wait`: until
+  // it has finished (debug eager), surfacing its errors here.
   std::vector<pjrt::BufferPtr> run(const std::string& program,
-                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device);
+                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device, bool wait = false);
   // The same for a program known by `key` (see ExecutableCache).
   std::vector<pjrt::BufferPtr> run(const std::string& key, const std::function<std::string()>& program,
-                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device);
+                                   const std::vector<pjrt::c::PJRT_Buffer*>& args, int device, bool wait = false);
 
   // A rank-0 device buffer holding `bits` (the value's bytes, little endian)
   // of `dtype`; cached, so a scalar used every step is uploaded once.
   pjrt::BufferPtr scalar_buffer(hlo::DType dtype, uint64_t bits, int device);
 
-  // Run the deferred graph of `device`, then wait until every program
-  // started on it finished; throws the first
-  // error one of them reported, then the first failed check (below).
+  // Wait until every program started on `device` finished; throws the
+  // first error one of them reported, then the first failed check (below).
+  // (Deferred programs have not started: the caller runs its executors'
+  // graphs first.)
   void synchronize(int device);
 
   // Checks computed on the device (an index in range, a target in bounds):
   // `ok` is a rank-0 pred buffer. Like CUDA's device-side assertions they are
   // verified when the host next waits for the device (a read, synchronize),
-  // or at once in debug mode.
-  void add_check(int device, pjrt::BufferPtr ok, std::string message);
+  // or at once with `verify_now` (debug eager).
+  void add_check(int device, pjrt::BufferPtr ok, std::string message, bool verify_now = false);
   // Throws CheckFailure for the first failed pending check of `device`.
   void verify_checks(int device);
 
@@ -89,17 +82,16 @@ class Runtime {
   std::string plugin_path_;
   std::string compile_options_;
   bool portable_ = true;
-  ExecutionMode mode_ = ExecutionMode::Strict;
   std::mutex scalar_mu_;
   std::unordered_map<std::string, pjrt::BufferPtr> scalars_;
   std::atomic<int64_t> executions_{0};
-  std::vector<std::unique_ptr<DeferredGraph>> graphs_;
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
   std::vector<std::vector<std::unique_ptr<pjrt::Event>>> pending_;
   struct Check {
     pjrt::BufferPtr ok;
     std::string message;
+    bool asynchronous = true;  // verified after the op returned
   };
   std::mutex checks_mu_;
   std::vector<std::vector<Check>> checks_;

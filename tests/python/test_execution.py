@@ -106,3 +106,114 @@ def test_debug_mode_raises_at_the_op_naming_it_and_its_inputs():
         with pytest.raises(IndexError, match="detected asynchronously.*TORCH_TPU_LAUNCH_BLOCKING"):
             y.cpu()
     assert (x + 1).cpu().tolist() == [1, 2, 3, 4, 5]  # the device is usable afterwards
+
+
+def _held(t):
+    return torch.ops.torch_tpu._storage_info(t).split()[0]  # "deferred" or "buffer"
+
+
+def test_execution_mode_is_per_thread():
+    """A fused scope on one thread leaves another thread's mode, and its ops,
+    alone: the strict thread's results are buffers at once, the fused
+    thread's stay deferred in its own graph until its scope ends."""
+    import threading
+
+    outside = torch_tpu.get_execution_mode()
+    in_fused = threading.Event()
+    strict_done = threading.Event()
+    seen = {}
+
+    def fused_worker():
+        with torch_tpu.execution_mode("fused"):
+            x = torch.arange(6.0, device="tpu") * 2
+            seen["fused_mode"] = torch_tpu.get_execution_mode()
+            in_fused.set()
+            strict_done.wait(60)
+            seen["fused_held_while_other_ran"] = _held(x)
+            seen["fused_value"] = (x + 1).cpu()
+
+    def strict_worker():
+        in_fused.wait(60)
+        with torch_tpu.execution_mode("strict"):
+            y = torch.arange(6.0, device="tpu") * 3
+            seen["strict_mode"] = torch_tpu.get_execution_mode()
+            seen["strict_held"] = _held(y)
+            seen["strict_value"] = y.cpu()
+        strict_done.set()
+
+    threads = [threading.Thread(target=fused_worker), threading.Thread(target=strict_worker)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert seen["fused_mode"] == "fused" and seen["strict_mode"] == "strict"
+    assert seen["strict_held"] == "buffer"
+    assert seen["fused_held_while_other_ran"] == "deferred"
+    assert torch.equal(seen["strict_value"], torch.arange(6.0) * 3)
+    assert torch.equal(seen["fused_value"], torch.arange(6.0) * 2 + 1)
+    assert torch_tpu.get_execution_mode() == outside  # this thread never changed
+
+
+def test_a_thread_without_a_scope_uses_the_process_default():
+    import threading
+
+    got = {}
+    with torch_tpu.execution_mode("debug"):
+        t = threading.Thread(target=lambda: got.setdefault("mode", torch_tpu.get_execution_mode()))
+        t.start()
+        t.join(60)
+        assert torch_tpu.get_execution_mode() == "debug"
+    assert got["mode"] == torch_tpu.get_execution_mode()
+
+
+def test_fused_scope_covers_the_backward_on_autograds_thread():
+    """Autograd runs tpu backward ops on its own device thread; the scope
+    travels with PyTorch's thread-local state, so forward, backward and the
+    optimizer step are one fused program."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 8, device="tpu")
+    torch.tpu.synchronize()
+    with torch_tpu.execution_mode("fused"):
+        for _ in range(2):  # the first step also makes the gradients
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        before = torch_tpu.fused_stats()["flushes"]
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        assert all(_held(p.grad) == "deferred" for p in model.parameters())
+        opt.step()  # ends the step: one flush
+        assert torch_tpu.fused_stats()["flushes"] - before == 1
+    loss.item()
+
+
+def test_set_execution_mode_changes_only_the_innermost_scope():
+    outside = torch_tpu.get_execution_mode()
+    with torch_tpu.execution_mode("fused"):
+        x = torch.ones(3, device="tpu") + 1
+        torch_tpu.set_execution_mode("strict")  # leaving fused mode runs what was deferred
+        assert _held(x) == "buffer"
+        assert torch_tpu.get_execution_mode() == "strict"
+    assert torch_tpu.get_execution_mode() == outside
+
+
+def test_nested_scopes_restore_in_order_and_decorators_work():
+    outside = torch_tpu.get_execution_mode()
+
+    @torch_tpu.execution_mode("debug")
+    def inner():
+        return torch_tpu.get_execution_mode()
+
+    with torch_tpu.execution_mode("fused"):
+        with torch_tpu.execution_mode("fused"):
+            y = torch.ones(2, device="tpu") * 5
+        assert _held(y) == "deferred"  # the inner scope reused the outer one's graph
+        assert inner() == "debug"
+        assert torch_tpu.get_execution_mode() == "fused"
+    assert _held(y) == "buffer"
+    assert torch_tpu.get_execution_mode() == outside
+    with pytest.raises(RuntimeError, match="unknown execution mode"):
+        torch_tpu.execution_mode("fast")

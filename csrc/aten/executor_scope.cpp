@@ -1,0 +1,74 @@
+#include "csrc/aten/executor_scope.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "csrc/exec/runtime.h"
+
+namespace tpu {
+
+namespace {
+
+constexpr std::string_view kExecutorInfoName = "TORCH_TPU_EXECUTOR";
+const c10::DebugInfoKind kExecutorInfo(&kExecutorInfoName);
+
+struct ExecutorInfo : c10::DebugInfoBase {
+  explicit ExecutorInfo(std::shared_ptr<exec::Executor> e) : executor(std::move(e)) {}
+  std::shared_ptr<exec::Executor> executor;
+};
+
+// Per thread: the debug info in force before each open scope, and whether
+// the scope made its executor (a reused one is not flushed on exit).
+struct Saved {
+  std::shared_ptr<c10::ThreadLocalDebugInfo> previous;
+  std::shared_ptr<exec::Executor> executor;
+  bool fresh = false;
+};
+thread_local std::vector<Saved> t_scopes;
+
+ExecutorInfo* scope_info() { return static_cast<ExecutorInfo*>(c10::ThreadLocalDebugInfo::get(kExecutorInfo)); }
+
+}  // namespace
+
+exec::Executor& current_executor() {
+  if (ExecutorInfo* info = scope_info()) return *info->executor;
+  return exec::Executor::process_default();
+}
+
+void enter_execution_scope(exec::ExecutionMode mode) {
+  Saved saved;
+  saved.previous = c10::ThreadLocalDebugInfo::current();
+  ExecutorInfo* info = scope_info();
+  if (info != nullptr && info->executor->mode() == mode) {
+    saved.executor = info->executor;
+  } else {
+    saved.executor = std::make_shared<exec::Executor>(mode);
+    saved.fresh = true;
+  }
+  c10::ThreadLocalDebugInfo::_push(kExecutorInfo, std::make_shared<ExecutorInfo>(saved.executor));
+  t_scopes.push_back(std::move(saved));
+}
+
+void exit_execution_scope() {
+  TORCH_CHECK(!t_scopes.empty(), "torch_tpu: no execution_mode scope to leave on this thread");
+  Saved saved = std::move(t_scopes.back());
+  t_scopes.pop_back();
+  c10::ThreadLocalDebugInfo::_forceCurrentDebugInfo(saved.previous);
+  // Leaving the scope leaves its mode: what it deferred runs now (errors
+  // are raised here, and by the values concerned).
+  if (saved.fresh) saved.executor->flush();
+}
+
+void synchronize_device(int device) {
+  exec::Runtime& rt = exec::Runtime::get();
+  rt.device(device);  // validates the index
+  current_executor().flush(device);
+  exec::Executor::process_default().flush(device);
+  rt.synchronize(device);
+}
+
+}  // namespace tpu

@@ -1,0 +1,28 @@
+// Which executor (csrc/exec/executor.h) the calling thread's ops go to.
+//
+// A scope (torch_tpu.execution_mode(...)) pushes an executor onto PyTorch's
+// thread-local debug info, which PyTorch carries into the threads that run
+// work on the thread's behalf: autograd's device threads run a backward
+// under the state of the thread that called backward(), so a fused
+// forward, its backward and the optimizer step land in one graph. Code
+// outside every scope uses the process default executor.
+#pragma once
+
+#include "csrc/exec/executor.h"
+
+namespace tpu {
+
+exec::Executor& current_executor();
+
+// Enter a scope running in `mode` on the calling thread: a fresh executor
+// (its own fused graphs), or the current one when it is already a scope's
+// in that mode. Scopes nest; exit_execution_scope() leaves the innermost
+// (running what it deferred when it leaves fused mode).
+void enter_execution_scope(exec::ExecutionMode mode);
+void exit_execution_scope();
+
+// Run the deferred graphs of `device` that this thread can reach (its
+// executor's and the process default's), then wait for the device.
+void synchronize_device(int device);
+
+}  // namespace tpu
