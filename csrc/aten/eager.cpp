@@ -173,7 +173,7 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
       results.emplace_back();
       continue;
     }
-    results.push_back(make_tensor(outs[r], plan.output_types[r], plan.result_sizes[k]));
+    results.push_back(make_tensor(outs[r], plan.output_types[r], plan.result_sizes[k], plan.result_strides[k]));
     ++next;
   }
   for (size_t k = 0; k < plan.written.size(); ++k, ++next) {
@@ -226,8 +226,8 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
     bound.args.clear();  // the graph holds what it needs
     return deliver(
         plan, bound, outs,
-        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes) {
-          return tensor_from_deferred(d, sizes, to_aten(t.dtype), device);
+        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides) {
+          return tensor_from_deferred(d, sizes, to_aten(t.dtype), device, strides);
         },
         [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&) {
           if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
@@ -249,8 +249,8 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device, wait);
   return deliver(
       plan, bound, outs,
-      [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes) {
-        return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device);
+      [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides) {
+        return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device, strides);
       },
       [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t) { s.set_value(b, t); },
       [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message, wait); });
@@ -461,12 +461,20 @@ Value EagerProgram::stored_value(const Slot& s) {
   return s.full.valid() ? s.full : s.flat;
 }
 
+void EagerProgram::result_layout(size_t index, hlo::Dims sizes, std::vector<int64_t> strides) {
+  if (layouts_.size() <= index) layouts_.resize(index + 1);
+  layouts_[index] = {std::move(sizes), std::move(strides)};
+}
+
 std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>& outputs) {
   auto plan = std::make_shared<ProgramPlan>();
   // Invalid values are undefined results (e.g. masked-off gradients).
-  for (Value v : outputs) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Value v = outputs[k];
+    const bool laid_out = k < layouts_.size() && !layouts_[k].second.empty();
     plan->results.push_back(v.valid() ? static_cast<int>(plan->outputs.size()) : -1);
-    plan->result_sizes.push_back(v.valid() ? b_->dims(v) : hlo::Dims{});
+    plan->result_sizes.push_back(!v.valid() ? hlo::Dims{} : laid_out ? layouts_[k].first : b_->dims(v));
+    plan->result_strides.push_back(laid_out ? layouts_[k].second : std::vector<int64_t>{});
     if (v.valid()) plan->outputs.push_back(v);
   }
   for (Slot& s : slots_) {

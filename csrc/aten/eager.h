@@ -51,6 +51,10 @@ struct ProgramPlan {
   std::vector<hlo::Type> output_types;
   std::vector<int> results;             // per op result: its index in outputs, -1 if undefined
   std::vector<hlo::Dims> result_sizes;  // per op result: its shape
+  // Per op result: its strides when they are not the contiguous ones (the
+  // output value is then the result in that physical order, as PyTorch's
+  // kernel lays it out); empty otherwise.
+  std::vector<std::vector<int64_t>> result_strides;
   std::vector<int> written;             // per written storage: its storage group (-1 unknown)
   std::vector<std::string> checks;      // messages of the device-side checks
   std::vector<std::pair<int, int>> donations;  // (param, output) pairs that may share a buffer
@@ -135,6 +139,9 @@ class EagerProgram {
   // The plan returning `outputs` (plus the storages written by assign and
   // the checks). The builder belongs to the plan afterwards.
   std::shared_ptr<const ProgramPlan> finish(const std::vector<hlo::Value>& outputs);
+  // Result `index` (of finish's outputs) has these sizes and (non-contiguous,
+  // dense) strides: its output value holds the elements in that order.
+  void result_layout(size_t index, hlo::Dims sizes, std::vector<int64_t> strides);
   // Run the finished plan on this program's operands.
   std::vector<at::Tensor> run();
   // This program cannot run again for other arguments (its parameters
@@ -171,6 +178,7 @@ class EagerProgram {
   std::vector<std::pair<hlo::Value, std::string>> checks_;
   bool replayable_ = true;
   std::vector<ProgramPlan::Resize> resizes_;
+  std::vector<std::pair<hlo::Dims, std::vector<int64_t>>> layouts_;  // by result index (empty: contiguous)
   std::shared_ptr<const ProgramPlan> plan_;
   BoundProgram bound_;
 };

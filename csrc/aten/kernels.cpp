@@ -8,6 +8,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -330,6 +331,60 @@ std::optional<std::vector<at::Tensor>> run_on_meta(const c10::OperatorHandle& op
   return out;
 }
 
+// PyTorch's meta kernels of the fused RNN cells read the optional biases
+// unconditionally (an AttributeError for an LSTM without bias); these
+// lowerings check their shapes themselves.
+bool meta_is_broken(const Entry& e) {
+  return e.functional == "aten::_thnn_fused_lstm_cell" || e.functional == "aten::_thnn_fused_gru_cell";
+}
+
+// The dims of `sizes` from outermost to innermost in memory under `strides`,
+// when those strides are a dense permutation of the contiguous ones (size-1
+// dims may have any stride); nullopt otherwise.
+std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  const int64_t r = static_cast<int64_t>(sizes.size());
+  std::vector<int64_t> perm(r);
+  for (int64_t d = 0; d < r; ++d) perm[d] = d;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    const bool a1 = sizes[a] == 1, b1 = sizes[b] == 1;
+    if (a1 || b1) return false;  // size-1 dims keep their place
+    return strides[a] > strides[b];
+  });
+  int64_t running = 1;
+  for (int64_t k = r - 1; k >= 0; --k) {
+    if (sizes[perm[k]] != 1 && strides[perm[k]] != running) return std::nullopt;
+    running *= sizes[perm[k]];
+  }
+  return perm;
+}
+
+// Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
+// keeps the inputs' memory format, attention returns a transposed output,
+// ...): where that is a dense permutation other than the contiguous one, the
+// op produces the result in that order, so that strides, views, reshapes
+// and later in-place writes behave as on CPU.
+void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const Entry& e,
+                          EagerProgram& p, std::vector<Value>& outputs) {
+  if (meta_is_broken(e)) return;
+  std::optional<std::vector<at::Tensor>> meta;
+  try {
+    meta = run_on_meta(op, args);
+  } catch (const std::exception&) {
+    return;  // validate_once reports PyTorch's error
+  }
+  if (!meta || meta->size() != outputs.size()) return;
+  hlo::Builder& b = p.builder();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& m = (*meta)[i];
+    if (!outputs[i].valid() || !m.defined() || m.dim() < 2 || m.is_contiguous()) continue;
+    if (m.sizes().vec() != b.dims(outputs[i])) continue;  // validate_once reports it
+    std::optional<std::vector<int64_t>> order = memory_order(m.sizes(), m.strides());
+    if (!order) continue;
+    outputs[i] = b.transpose(outputs[i], *order);
+    p.result_layout(i, m.sizes().vec(), m.strides().vec());
+  }
+}
+
 std::mutex g_validated_mu;
 std::unordered_set<uint64_t> g_validated;
 
@@ -343,12 +398,7 @@ void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>
     std::lock_guard<std::mutex> lock(g_validated_mu);
     if (g_validated.count(key)) return;
   }
-  // PyTorch's meta kernels of the fused RNN cells read the optional biases
-  // unconditionally (an AttributeError for an LSTM without bias); these
-  // lowerings check their shapes themselves.
-  static const std::unordered_set<std::string> broken_meta = {"aten::_thnn_fused_lstm_cell",
-                                                              "aten::_thnn_fused_gru_cell"};
-  if (broken_meta.count(e.functional)) return;
+  if (meta_is_broken(e)) return;
   auto meta = run_on_meta(op, args);
   if (meta && e.kind == VariantKind::Functional) {
     TORCH_CHECK(meta->size() == outputs.size(), "torch_tpu internal error: the lowering of ",
@@ -548,6 +598,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<Value> outputs;
   if (e.kind == VariantKind::Functional) {
     outputs = results;
+    if (!a.data_dependent()) lay_out_like_pytorch(op, args, e, p, outputs);
   } else {
     std::vector<Target> dsts;
     if (e.kind == VariantKind::Inplace) {
@@ -565,7 +616,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
-  if (!a.data_dependent()) validate_once(op, args, e, plan->fingerprint, *plan->builder, outputs);
+  // (validated on the results as the lowering made them, before any layout)
+  if (!a.data_dependent()) {
+    validate_once(op, args, e, plan->fingerprint, *plan->builder, e.kind == VariantKind::Functional ? results : outputs);
+  }
   if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan);
   push_returns(stack, schema, e, args, p.run());
 }

@@ -4,10 +4,13 @@
 // kernels.cpp); everything else reaches the fallback, which raises unless
 // the CPU fallback is on.
 #include <ATen/Context.h>
+#include <algorithm>
 #include <ATen/SDPBackend.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -86,10 +89,44 @@ sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                         const at::Tensor&, const std::optional<at::Tensor>&,
                                                                         bool, std::optional<double>)>();
   auto [out, lse] = op.call(q, k, v, bias, is_causal, scale);
-  return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2), at::Tensor(), at::Tensor(), at::Tensor()};
+  // Seed and offset are (unused) tensors, as PyTorch's meta kernel makes
+  // them: torch.compile saves them for the backward.
+  const at::Tensor seed = at::empty({}, q.options().dtype(at::kLong));
+  const at::Tensor offset = at::empty({}, q.options().dtype(at::kLong));
+  return {out, lse, at::Tensor(), at::Tensor(), q.sym_size(-2), k.sym_size(-2), seed, offset, at::Tensor()};
+}
+
+// The meta kernel of torch_tpu::_sdpa_forward (shapes for torch.compile's
+// tracing, and the layout the eager kernel gives its output): the output
+// in the query's memory order, as PyTorch's meta kernel of the overrideable
+// attention allocates it, so `out.transpose(1, 2).view(B, T, C)` works as on
+// other devices; the logsumexp contiguous, in the compute type.
+std::tuple<at::Tensor, at::Tensor> sdpa_forward_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const std::optional<at::Tensor>& bias, bool is_causal,
+                                                     std::optional<double> scale) {
+  std::vector<int64_t> shape = q.sizes().vec();
+  TORCH_CHECK(!shape.empty() && v.dim() > 0, "_sdpa_forward: query and value need at least one dimension");
+  shape.back() = v.size(-1);
+  std::vector<int64_t> order(shape.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
+  std::vector<int64_t> strides(shape.size());
+  int64_t running = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = running;
+    running *= shape[*it];
+  }
+  at::Tensor out = at::empty_strided(shape, strides, q.options());
+  const at::ScalarType ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor lse = at::empty(q.sizes().slice(0, q.dim() - 1), q.options().dtype(ct));
+  return {out, lse};
 }
 
 }  // namespace
+
+TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) {
+  m.impl("_sdpa_forward", TORCH_FN(sdpa_forward_meta));
+}
 
 TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
   m.def("_sdpa_forward(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, bool is_causal, float? scale) "

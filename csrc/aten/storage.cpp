@@ -182,14 +182,15 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, a
 }
 
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
-                              at::ScalarType dtype, int device) {
-  at::Tensor t = empty_tpu(sizes, dtype, device);
+                              at::ScalarType dtype, int device, c10::IntArrayRef strides) {
+  at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
   storage_of(t).set_value(std::move(buffer), type);
   return t;
 }
 
-at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device) {
-  at::Tensor t = empty_tpu(sizes, dtype, device);
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device,
+                                c10::IntArrayRef strides) {
+  at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
   storage_of(t).set_deferred(std::move(value));
   return t;
 }

@@ -84,12 +84,14 @@ at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, int device,
 at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                              at::ScalarType dtype, int device);
 
-// A contiguous tpu tensor of `sizes` and `dtype` whose storage holds
-// `buffer` (of `type`: the same elements, possibly in another shape).
+// A tpu tensor of `sizes` and `dtype` whose storage holds `buffer` (of
+// `type`: the same elements in storage order, possibly in another shape);
+// contiguous, or with `strides` (dense, non-overlapping) where given.
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
-                              at::ScalarType dtype, int device);
+                              at::ScalarType dtype, int device, c10::IntArrayRef strides = {});
 // The same for a deferred value (fused eager).
-at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device);
+at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device,
+                                c10::IntArrayRef strides = {});
 
 bool is_supported_dtype(at::ScalarType t);
 

@@ -1,0 +1,281 @@
+"""torch.compile on tpu: graphs through AOTAutograd replayed through the tpu
+lowerings, one program per graph call, against eager tpu and CPU PyTorch."""
+
+import copy
+import os
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+from conftest import assert_same, run_python
+from torch_tpu.testing.models import CNN, GPT, MLP, GPTConfig
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch_tpu.compiler.reset_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _graphs():
+    return torch_tpu.compiler.stats()["graphs"]
+
+
+def _calls():
+    return torch_tpu.compiler.stats()["calls"]
+
+
+@pytest.mark.parametrize("backend", ["tpu", None], ids=["backend_tpu", "default_backend"])
+def test_mlp_forward_and_backward_match_eager_and_cpu(backend):
+    torch.manual_seed(0)
+    model = MLP(d_in=16, hidden=32, classes=5, depth=2)
+    x = torch.randn(8, 16)
+    want = model(x)
+    want.sum().backward()
+    tpu_model = copy.deepcopy(model).to("tpu")
+    tpu_model.zero_grad()
+    compiled = torch.compile(tpu_model, backend=backend) if backend else torch.compile(tpu_model)
+    got = compiled(x.to("tpu"))
+    got.sum().backward()
+    assert _graphs() == 2  # forward and backward, both through the tpu compiler
+    assert_same(got, want.detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(tpu_model.parameters(), model.parameters()):
+        assert_same(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_one_program_per_graph_call_and_no_compile_when_warm():
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.randn(4, 8, device="tpu")
+    with torch.no_grad():
+        compiled(x).cpu()
+        torch.tpu.synchronize()
+        runs = torch_tpu.counters()["executions"]
+        misses = torch_tpu.cache_stats()["misses"]
+        for _ in range(3):
+            out = compiled(x)
+        torch.tpu.synchronize()
+    # Each call ran one program (the whole graph), compiled nothing new.
+    assert torch_tpu.counters()["executions"] - runs == 3
+    assert torch_tpu.cache_stats()["misses"] == misses
+    assert_same(out, model(x).detach().cpu())
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_cnn_with_batchnorm_matches_cpu_and_updates_running_stats(train):
+    torch.manual_seed(0)
+    model = CNN(classes=4, width=4)
+    model.train(train)
+    x = torch.randn(2, 3, 16, 16)
+    tpu_model = copy.deepcopy(model).to("tpu")
+    compiled = torch.compile(tpu_model, backend="tpu")
+    for _ in range(2):
+        want = model(x)
+        got = compiled(x.to("tpu"))
+        assert_same(got, want.detach(), rtol=1e-4, atol=1e-4)
+    for (name, b), c in zip(tpu_model.named_buffers(), model.buffers()):
+        assert_same(b, c, rtol=1e-5, atol=1e-5), name  # running mean/var and the batch counter
+
+
+def _gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=32, block_size=16, n_layer=2, n_head=2, n_embd=32))
+
+
+def _train(model, device, steps, compiled, fused_opt=False, programs=None):
+    model = copy.deepcopy(model).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=fused_opt)
+
+    def step(ids):
+        opt.zero_grad()
+        _, loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        opt.step()
+        return loss
+
+    if compiled:
+        step = torch.compile(step, backend="tpu")
+    # A few batches seen again and again: the loss falls steadily, so float
+    # rounding does not get amplified as it does on random targets.
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 32, (2, 17), generator=g).to(device) for _ in range(2)]
+    losses = []
+    for i in range(steps):
+        if programs is not None and i == steps - 5:  # steady state: the last 5 steps
+            torch.tpu.synchronize()
+            programs.append(torch_tpu.counters()["executions"])
+        losses.append(step(batches[i % 2]).detach().cpu())
+    if programs is not None:
+        programs.append(torch_tpu.counters()["executions"])
+    return torch.stack(losses), model
+
+
+@pytest.mark.parametrize("fused_opt", [False, True], ids=["adamw_foreach", "adamw_fused"])
+def test_compiled_training_step_matches_eager_step_for_step(fused_opt):
+    """forward, backward and AdamW in one compiled function: 20 steps whose
+    losses equal eager tpu's and CPU's within float rounding."""
+    model = _gpt()
+    cpu, cpu_model = _train(model, "cpu", 20, False)
+    eager, _ = _train(model, "tpu", 20, False, fused_opt)
+    programs = []
+    compiled, tpu_model = _train(model, "tpu", 20, True, fused_opt, programs)
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(compiled, cpu, rtol=1e-4, atol=1e-5)
+    assert compiled[-1] < compiled[0] - 0.5  # it learned
+    for p, q in zip(tpu_model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-3)
+    # A few graphs (forward, backward, optimizer: Dynamo breaks the graph at
+    # backward()), each one program per step, the optimizer's write-backs
+    # included; plus the backward's seed gradient.
+    per_step = (programs[1] - programs[0]) / 5
+    assert per_step <= 5, per_step
+
+
+def test_graph_break_runs_the_pieces_between():
+    def f(x):
+        y = torch.sin(x) * 2
+        print("graph break")  # noqa: T201
+        if y.sum().item() > 0:  # data-dependent branch
+            return y + 1
+        return y - 1
+
+    x = torch.randn(5)
+    compiled = torch.compile(f, backend="tpu")
+    assert_same(compiled(x.to("tpu")), f(x))
+    assert_same(compiled((-x.abs() - 1).to("tpu")), f(-x.abs() - 1))
+    assert _graphs() >= 2
+
+
+def test_a_new_shape_recompiles_once():
+    model = nn.Linear(6, 3).to("tpu")
+    compiled = torch.compile(model, backend="tpu", dynamic=False)
+    with torch.no_grad():
+        compiled(torch.randn(2, 6, device="tpu"))
+        compiled(torch.randn(2, 6, device="tpu"))
+        assert _graphs() == 1
+        out = compiled(torch.randn(5, 6, device="tpu"))
+        assert _graphs() == 2
+        compiled(torch.randn(5, 6, device="tpu"))
+        assert _graphs() == 2
+    assert out.shape == (5, 3)
+
+
+def test_dropout_follows_the_tpu_generator():
+    def f(x):
+        return F.dropout(x, p=0.5, training=True) * 3
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.ones(64, device="tpu")
+    torch.manual_seed(7)
+    a = compiled(x).cpu()
+    b = compiled(x).cpu()
+    torch.manual_seed(7)
+    assert torch.equal(compiled(x).cpu(), a)  # reproducible from the seed
+    assert not torch.equal(a, b)  # and each call draws a fresh mask
+    assert set(a.unique().tolist()) <= {0.0, 6.0}
+    torch.manual_seed(7)
+    e = f(x).cpu()
+    assert set(e.unique().tolist()) <= {0.0, 6.0}
+
+
+def test_input_mutation_is_written_back():
+    def f(x, buf):
+        buf.add_(x)
+        buf.mul_(2)
+        return buf.sum()
+
+    x = torch.arange(4.0)
+    buf = torch.ones(4)
+    tx, tbuf = x.to("tpu"), buf.to("tpu")
+    compiled = torch.compile(f, backend="tpu")
+    for _ in range(2):
+        assert_same(compiled(tx, tbuf), f(x, buf))
+        assert_same(tbuf, buf)
+
+
+def test_cpu_graphs_still_go_to_inductor():
+    def f(x):
+        return torch.relu(x) * 2 + 1
+
+    x = torch.randn(8)
+    got = torch.compile(f)(x)  # the default backend, CPU tensors: Inductor
+    torch.testing.assert_close(got, f(x))
+    assert _graphs() == 0
+    tpu_got = torch.compile(f)(x.to("tpu"))  # the same default, tpu tensors: ours
+    assert_same(tpu_got, f(x))
+    assert _graphs() == 1
+
+
+def test_an_op_without_lowering_names_the_op_and_the_source_line():
+    """linalg_eig has no tpu lowering (nor a decomposition): the error names
+    the op and the user's line, not an XLA dump, and eager raises the same
+    type."""
+    def f(x):
+        y = x * 2
+        return torch.linalg.eigvals(y).real.sum()
+
+    x = torch.randn(3, 3, device="tpu")
+    with pytest.raises(NotImplementedError):
+        f(x)
+    with pytest.raises(NotImplementedError, match="linalg_eig") as err:
+        torch.compile(f, backend="tpu")(x)
+    assert "test_compile.py" in str(err.value) and "eigvals" in str(err.value)
+
+
+def test_hf_gpt2_compiled_forward_gives_cpu_logits():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=32, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, 32, (2, 10))
+    with torch.no_grad():
+        want = model(ids).logits
+        tpu_model = copy.deepcopy(model).to("tpu")
+        got = torch.compile(tpu_model, backend="tpu")(ids.to("tpu")).logits
+    assert_same(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_second_process_compiles_nothing(tmp_path):
+    code = textwrap.dedent("""
+        import torch, torch_tpu
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).to("tpu")
+        torch.manual_seed(0)
+        out = torch.compile(model, backend="tpu")(torch.ones(3, 8, device="tpu"))
+        out.sum().backward()
+        out.cpu()
+        s = torch_tpu.cache_stats()
+        print("MISSES", s["misses"], "DISK", s["disk_hits"])
+    """)
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path / "cache"), "TORCH_TPU_SESSION": "0",
+           "TORCH_TPU_DEFER_AND_FUSE": None, "TORCH_TPU_LAUNCH_BLOCKING": None}
+    first = run_python(code, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    second = run_python(code, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr
+    misses = int(second.stdout.split("MISSES")[1].split()[0])
+    disk = int(second.stdout.split("DISK")[1].split()[0])
+    assert misses == 0 and disk > 0, (first.stdout, second.stdout)
+
+
+def test_inductor_options_are_accepted_with_one_warning():
+    model = nn.Linear(4, 2).to("tpu")
+    with pytest.warns(UserWarning, match="no effect"):
+        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        compiled(torch.randn(3, 4, device="tpu"))
+    assert _graphs() >= 1
+
+
+def test_execution_mode_of_the_caller_is_unchanged():
+    outside = torch_tpu.get_execution_mode()
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="tpu")
+    assert_same(compiled(torch.ones(3, device="tpu")), torch.full((3,), 3.0))
+    assert torch_tpu.get_execution_mode() == outside
+    assert os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") != "0" or outside != "fused"
