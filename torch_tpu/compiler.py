@@ -150,6 +150,28 @@ def _decompositions() -> dict:
 
 
 _warned_options = False
+_warned_dynamic = False
+
+
+def _warn_if_dynamic(example_inputs) -> None:
+    """Dynamic shapes (dynamic=True, mark_dynamic, or Dynamo's automatic
+    dynamic shapes after a second shape) work, but XLA programs have static
+    shapes: each distinct shape a symbolic graph meets compiles a program of
+    its own (once; the cache keeps it). Said once, so recompiles are never
+    silent."""
+    global _warned_dynamic
+    if _warned_dynamic:
+        return
+    symbolic = any(isinstance(x, torch.SymInt) or
+                   (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+                   for x in example_inputs)
+    if symbolic:
+        _warned_dynamic = True
+        warnings.warn("torch.compile on tpu: this graph has dynamic shapes; XLA compiles one program per "
+                      "distinct shape it meets (each once, then cached). To bound compilation, pad inputs to a "
+                      "few bucket sizes (with masks) or compile with dynamic=False.", stacklevel=2)
+
+
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> Callable:
@@ -162,6 +184,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> C
         _warned_options = True
         warnings.warn(f"torch.compile on tpu: the options {sorted(meaningful)} are Inductor's and have no "
                       "effect with the tpu backend", stacklevel=2)
+    _warn_if_dynamic(example_inputs)
     from torch._dynamo.backends.common import aot_autograd
 
     compiler = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,

@@ -279,3 +279,65 @@ def test_execution_mode_of_the_caller_is_unchanged():
     assert_same(compiled(torch.ones(3, device="tpu")), torch.full((3,), 3.0))
     assert torch_tpu.get_execution_mode() == outside
     assert os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") != "0" or outside != "fused"
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic_true"])
+def test_dynamic_shapes_work_one_program_per_shape_with_a_warning(dynamic):
+    """A symbolic graph (dynamic=True, or Dynamo's automatic dynamic shapes
+    after a second shape) gives the right values; each shape compiles its
+    own XLA program once, and the backend says so."""
+    torch_tpu.compiler._warned_dynamic = False
+    f = lambda x: (x * 2).sum(0) + x.shape[0]  # noqa: E731
+    compiled = torch.compile(f, backend="tpu", dynamic=dynamic)
+    with pytest.warns(UserWarning, match="dynamic shapes"):
+        for n in (2, 3, 4):
+            assert_same(compiled(torch.ones(n, 3, device="tpu")), f(torch.ones(n, 3)))
+    misses = torch_tpu.cache_stats()["misses"]
+    assert_same(compiled(torch.ones(3, 3, device="tpu")), f(torch.ones(3, 3)))
+    assert torch_tpu.cache_stats()["misses"] == misses  # a shape seen before: no compile
+
+
+def _tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_hf_llama_compiled_forward_gives_cpu_logits():
+    model = _tiny_llama()
+    ids = torch.randint(1, 32, (2, 7))
+    with torch.no_grad():
+        want = model(ids).logits
+        got = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")(ids.to("tpu")).logits
+    assert_same(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_hf_generate_with_a_static_cache_compiles_through_tpu_and_gives_eager_tokens():
+    """cache_implementation="static" makes Transformers compile the decode
+    step with the default backend: on tpu tensors it comes here."""
+    model = _tiny_llama()
+    ids = torch.randint(1, 32, (2, 7))
+    want = model.generate(ids, max_new_tokens=8, do_sample=False)
+    tpu_model = copy.deepcopy(model).to("tpu")
+    eager = tpu_model.generate(ids.to("tpu"), max_new_tokens=8, do_sample=False)
+    static = tpu_model.generate(ids.to("tpu"), max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert torch.equal(eager.cpu(), want)
+    assert torch.equal(static.cpu(), want)
+    assert _graphs() >= 1  # the decode step went through the tpu compiler
+
+
+def test_a_failing_graph_leaves_its_inputs_unchanged():
+    """Mutations of inputs are written back at the end of a graph, so a graph
+    that fails part-way (here on an op without a lowering) changes none."""
+    def f(p, x):
+        p.add_(1)
+        return torch.linalg.eigvals(x * p.sum()).real
+
+    p = torch.zeros(3, device="tpu")
+    with pytest.raises(NotImplementedError, match="linalg_eig"):
+        torch.compile(f, backend="tpu")(p, torch.eye(3, device="tpu"))
+    assert_same(p, torch.zeros(3))
