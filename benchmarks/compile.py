@@ -74,7 +74,9 @@ def make_step(name, device, how):
 
     fn = forward if forward_only else train_step
     if how == "compiled":
-        fn = torch.compile(fn, backend="tpu" if device == "tpu" else "inductor")
+        # dynamic=False: the cases share this code object, so Dynamo would
+        # otherwise make their shapes dynamic from the second case on
+        fn = torch.compile(fn, backend="tpu" if device == "tpu" else "inductor", dynamic=False)
 
     def run():
         if how == "fused":

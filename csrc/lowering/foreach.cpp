@@ -262,6 +262,44 @@ std::vector<Value> fused_sgd(Context& c) {
   return {};
 }
 
+// _fused_adagrad_(self[], grads[], state_sums[], state_steps[], *, lr,
+//   lr_decay, weight_decay, eps, maximize, grad_scale?, found_inf?): the
+//   steps were already advanced by the optimizer.
+std::vector<Value> fused_adagrad(Context& c) {
+  Builder& b = c.b;
+  std::vector<Value> params = c.args.tensors(0), grads = c.args.tensors(1), sums = c.args.tensors(2),
+                     steps = c.args.tensors(3);
+  std::vector<TensorInfo> pinfo = c.args.infos(0);
+  const double lr_decay = c.args.double_(5), wd = c.args.double_(6);
+  const bool maximize = c.args.bool_(8);
+  Value skip = skip_step(c, 10);
+  std::vector<Value> new_p, new_g, new_s;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const DType ct = to_hlo(opmath_type(pinfo[k].dtype));
+    const Dims& shape = pinfo[k].sizes;
+    auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
+    Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct), sum = b.convert(sums[k], ct);
+    Value lr = full(c.args.is_tensor(4) ? b.reshape(b.convert(c.args.tensor(4), ct), {}) : c.args.scalar_value(4, ct));
+    if (c.args.has(9)) {
+      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(9), ct), {})));
+      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
+    }
+    if (maximize) g = b.neg(g);
+    if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
+    Value step = full(b.reshape(b.convert(steps[k], ct), {}));
+    Value one_ = b.full(1, ct, shape);
+    Value clr = b.div(lr, b.add(one_, b.mul(b.sub(step, one_), full(c.args.runtime_scalar(lr_decay, ct)))));
+    sum = b.add(sum, b.mul(g, g));
+    Value stdev = b.add(b.unary("stablehlo.sqrt", sum), full(c.args.runtime_scalar(c.args.double_(7), ct)));
+    new_p.push_back(keep_if(b, skip, p, b.sub(p, b.mul(clr, b.div(g, stdev)))));
+    new_s.push_back(keep_if(b, skip, b.convert(sums[k], ct), sum));
+  }
+  c.args.assign_list(0, new_p);
+  if (!new_g.empty()) c.args.assign_list(1, new_g);  // unscaled in place, as CPU and CUDA do
+  c.args.assign_list(2, new_s);
+  return {};
+}
+
 // ---- the gradient scaler (torch.amp.GradScaler) ---------------------------------------
 
 // Rank-0 float32 of a one-element tensor argument.
@@ -378,6 +416,8 @@ TPU_LOWERINGS(foreach) {
   reg("aten::_fused_adamw_", [](Context& c) { return fused_adam(c, true); });
   reg("aten::_fused_adamw_.tensor_lr", [](Context& c) { return fused_adam(c, true); });
   reg("aten::_fused_sgd_", fused_sgd);
+  reg("aten::_fused_adagrad_", fused_adagrad);
+  reg("aten::_fused_adagrad_.tensor_lr", fused_adagrad);
   reg("aten::_fused_sgd_.tensor_lr", fused_sgd);
   reg("aten::_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
   reg("aten::_amp_update_scale_", amp_update_scale);

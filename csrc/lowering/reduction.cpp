@@ -460,16 +460,20 @@ std::vector<Value> lower_embedding_renorm(Context& c) {
   return one(cast(b, b.mul(x, b.broadcast_in_dim(factor, in.sizes, {0})), in.dtype));
 }
 
-// histc(self, bins, min, max): min == max uses the data's range.
+// histc(self, bins, min, max): min == max uses the data's range. Integer
+// inputs are accepted as CUDA accepts them (Transformers' mixture-of-experts
+// routers count tokens per expert with histc on integers); their bins are
+// computed in float64, which gives CUDA's integer arithmetic exactly.
 std::vector<Value> lower_histc(Context& c) {
   const TensorInfo& in = c.args.info(0);
-  TORCH_CHECK(c10::isFloatingType(in.dtype), "\"histogram_cpu\" not implemented for '", c10::toString(in.dtype), "'");
+  TORCH_CHECK(c10::isFloatingType(in.dtype) || (c10::isIntegralType(in.dtype, false)),
+              "\"histc\" not implemented for '", c10::toString(in.dtype), "'");
   const int64_t bins = c.args.int_(1);
   TORCH_CHECK(bins > 0, "torch.histogramdd(): bins must be > 0, but got ", bins, " for dimension 0");
   double lo = c.args.scalar(2).toDouble(), hi = c.args.scalar(3).toDouble();
   TORCH_CHECK(lo <= hi, "max must be larger than min");
   Builder& b = c.b;
-  const DType ct = to_hlo(opmath_type(in.dtype));
+  const DType ct = c10::isFloatingType(in.dtype) ? to_hlo(opmath_type(in.dtype)) : DType::F64;
   const int64_t n = in.numel();
   Value x = b.reshape(b.convert(c.args.tensor(0), ct), {n});
   Value vlo = b.full(lo, ct, {}), vhi = b.full(hi, ct, {});
@@ -497,6 +501,44 @@ std::vector<Value> lower_histc(Context& c) {
                            b.convert(valid, ct), dn,
                            [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; });
   return one(cast(b, counts, in.dtype));
+}
+
+// bincount(self, weights?, minlength): the output's length, max(self) + 1
+// (at least minlength), is read from the device, as nonzero reads its count.
+std::vector<Value> lower_bincount(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isIntegralType(in.dtype, false), "\"bincount_cpu\" not implemented for '",
+                              c10::toString(in.dtype), "'");
+  TORCH_CHECK(in.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  const int64_t minlength = c.args.int_(2);
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  const bool weighted = c.args.has(1);
+  at::ScalarType out = at::kLong;
+  if (weighted) {
+    const TensorInfo& w = c.args.info(1);
+    TORCH_CHECK(w.dim() == 1 && w.numel() == in.numel(), "weights should be 1-d and have the same length as input");
+    out = w.dtype == at::kFloat ? at::kFloat : at::kDouble;  // CPU's: other weights count in double
+  }
+  Builder& b = c.b;
+  c.args.output_depends_on_data();
+  const int64_t n = in.numel();
+  int64_t length = minlength;
+  Value x;
+  if (n > 0) {
+    x = b.convert(c.args.tensor(0), DType::I64);
+    const int64_t lo = c.args.host_int(b.reduce(x, b.highest(DType::I64), {0}, "stablehlo.minimum"));
+    TORCH_CHECK(lo >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    length = std::max(length, c.args.host_int(b.reduce(x, b.lowest(DType::I64), {0}, "stablehlo.maximum")) + 1);
+  }
+  const DType ot = to_hlo(out);
+  if (n == 0 || length == 0) return one(b.zeros(Type{ot, {length}}));
+  Value add = weighted ? b.convert(c.args.tensor(1), ot) : b.full_int(1, ot, {n});
+  Builder::ScatterDims dn;
+  dn.inserted_window_dims = {0};
+  dn.scatter_dims_to_operand_dims = {0};
+  dn.index_vector_dim = 1;
+  return one(b.scatter(b.zeros(Type{ot, {length}}), b.reshape(x, {n, 1}), add, dn,
+                       [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; }));
 }
 
 std::vector<Value> lower_count_nonzero(Context& c) {
@@ -685,6 +727,7 @@ TPU_LOWERINGS(reduction) {
   reg("aten::histogram.bins_tensor", [](Context& c) { return lower_histogram(c, false); });
   reg("aten::embedding_renorm_", lower_embedding_renorm);
   reg("aten::histc", lower_histc);
+  reg("aten::bincount", lower_bincount);
   reg("aten::count_nonzero.dim_IntList", lower_count_nonzero);
   reg("aten::nansum", lower_nansum);
   reg("aten::_is_all_true", [](Context& c) { return lower_all_any(c, true, false); });

@@ -182,3 +182,50 @@ def test_in_place_floor_divide(dtype):
     t2.floor_divide_(torch.tensor([2, -3, 4, 5], dtype=dtype, device="tpu"))
     c2.floor_divide_(torch.tensor([2, -3, 4, 5], dtype=dtype))
     assert_same(t2, c2)
+
+
+@pytest.mark.parametrize("kw", [{}, {"minlength": 12}, {"weights": "float"}, {"weights": "int"}, {"weights": "double"}],
+                         ids=["plain", "minlength", "float_weights", "int_weights", "double_weights"])
+def test_bincount(kw):
+    x = torch.tensor([0, 3, 1, 1, 7, 3, 3])
+    weights = {"float": torch.rand(7), "int": torch.arange(7, dtype=torch.int32),
+               "double": torch.rand(7, dtype=torch.float64)}.get(kw.get("weights"))
+    args = {"minlength": kw.get("minlength", 0)}
+    want = torch.bincount(x, weights=weights, **args)
+    got = torch.bincount(x.to("tpu"), weights=None if weights is None else weights.to("tpu"), **args)
+    assert_same(got, want)
+    assert_same(torch.bincount(torch.zeros(0, dtype=torch.long, device="tpu"), minlength=3),
+                torch.bincount(torch.zeros(0, dtype=torch.long), minlength=3))
+
+
+@pytest.mark.parametrize("bad", ["negative", "2d", "float", "weights_length", "minlength"])
+def test_bincount_errors_match_cpu(bad):
+    def call(d):
+        x = torch.tensor([1, 2, 3], device=d)
+        if bad == "negative":
+            return torch.bincount(torch.tensor([-1, 2], device=d))
+        if bad == "2d":
+            return torch.bincount(x.view(1, 3))
+        if bad == "float":
+            return torch.bincount(x.float())
+        if bad == "weights_length":
+            return torch.bincount(x, weights=torch.ones(2, device=d))
+        return torch.bincount(x, minlength=-1)
+
+    with pytest.raises(Exception) as cpu_err:
+        call("cpu")
+    with pytest.raises(cpu_err.type):
+        call("tpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_histc_accepts_integers_as_cuda_does(dtype):
+    """Transformers' MoE routers call histc on integer expert indices for
+    every non-CPU device; CUDA counts them in the input's dtype."""
+    g = torch.Generator().manual_seed(0)
+    experts = torch.randint(0, 8, (200,), generator=g).to(dtype)
+    got = torch.histc(experts.to("tpu"), bins=8, min=0, max=7)
+    assert got.dtype == dtype
+    want = torch.histc(experts.double(), bins=8, min=0, max=7).to(dtype)
+    assert_same(got, want)
+    assert_same(torch.histc(experts.to("tpu"), bins=4), torch.histc(experts.double(), bins=4).to(dtype))

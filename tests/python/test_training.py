@@ -232,6 +232,7 @@ OPTIMIZERS = {
     "adamw_fused": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),
     "adamw_fused_tensor_lr": (torch.optim.AdamW, dict(lr=torch.tensor(1e-2), fused=True)),
     "adagrad": (torch.optim.Adagrad, dict(lr=1e-1)),
+    "adagrad_fused": (torch.optim.Adagrad, dict(lr=1e-1, lr_decay=1e-2, weight_decay=1e-2, fused=True)),
     "rmsprop": (torch.optim.RMSprop, dict(lr=1e-2)),
     "rmsprop_centered_momentum": (torch.optim.RMSprop, dict(lr=1e-2, momentum=0.9, centered=True)),
 }
@@ -493,7 +494,8 @@ def test_safetensors_round_trip_through_cpu(tmp_path):
     (torch.optim.Adam, dict(lr=1e-2, amsgrad=True)),
     (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=1e-2)),
     (torch.optim.SGD, dict(lr=0.1)),
-], ids=["adam", "adamw_maximize", "adam_amsgrad", "sgd_momentum", "sgd"])
+    (torch.optim.Adagrad, dict(lr=0.1, maximize=True)),
+], ids=["adam", "adamw_maximize", "adam_amsgrad", "sgd_momentum", "sgd", "adagrad_maximize"])
 def test_fused_optimizer_under_grad_scaler_unscales_gradients_like_cpu(cls, kw):
     """A fused step given the scaler's grad_scale/found_inf unscales the
     gradients in place (CPU and CUDA do), and leaves them scaled on a

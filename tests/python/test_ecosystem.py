@@ -1,0 +1,78 @@
+"""Hugging Face models and PyTorch's device-generic utilities on tpu, as a
+user would run them: tiny configs, random weights, CPU as the reference."""
+
+import copy
+
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+def _train(model, device, batches, steps=3):
+    model = copy.deepcopy(model).to(device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(steps):
+        ids = batches[i % len(batches)].to(device)
+        out = model(ids, labels=ids)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+        losses.append(out.loss.detach().cpu())
+    return torch.stack(losses), model
+
+
+def _moe(kind):
+    torch.manual_seed(0)
+    common = dict(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=64, output_router_logits=True)
+    if kind == "mixtral":
+        return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+            intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, **common))
+    return transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        intermediate_size=64, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+        num_experts_per_tok=2, decoder_sparse_step=1, **common))
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen2_moe"])
+def test_mixture_of_experts_trains_with_cpu_losses(kind):
+    """Transformers' MoE routers call histc on integer expert indices on
+    every non-CPU device (and in the router's auxiliary loss)."""
+    model = _moe(kind)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 32, (2, 9), generator=g) for _ in range(2)]
+    cpu, cpu_model = _train(model, "cpu", batches)
+    tpu, tpu_model = _train(model, "tpu", batches)
+    torch.testing.assert_close(tpu, cpu, rtol=1e-4, atol=1e-5)
+    for p, q in zip(tpu_model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
+
+
+def test_hf_gradient_checkpointing_with_dropout_equals_no_checkpointing():
+    """gradient_checkpointing_enable() recomputes each layer in the backward:
+    the recomputation must draw the same dropout mask (it saves and restores
+    the tpu RNG state through torch.tpu, as with torch.cuda)."""
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=32, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  resid_pdrop=0.3, embd_pdrop=0.3, attn_pdrop=0.3)
+    model = transformers.GPT2LMHeadModel(cfg).to("tpu").train()
+    ids = torch.randint(0, 32, (2, 12)).to("tpu")
+
+    def grads(checkpointing):
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
+        model.zero_grad()
+        torch.manual_seed(5)
+        model(ids, labels=ids).loss.backward()
+        return [p.grad.detach().cpu().clone() for p in model.parameters()]
+
+    plain, checkpointed = grads(False), grads(True)
+    for a, b in zip(plain, checkpointed):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
