@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "csrc/exec/runtime.h"
+#include "csrc/hlo/module.h"
 
 namespace tpu::exec {
 
@@ -129,13 +130,11 @@ void DeferredGraph::flush_locked() {
   }
   for (auto& [v, msg] : checks) add_output(v);
 
-  auto value_name = [&](std::string& out, const Ref& r) {
-    if (r.call < 0) {
-      out += "%arg" + std::to_string(r.index);
-    } else {
-      out += "%c" + std::to_string(r.call);
-      if (calls[r.call].results.size() > 1) out += "#" + std::to_string(r.index);
-    }
+  auto value_name = [&](const Ref& r) {
+    if (r.call < 0) return "arg" + std::to_string(r.index);
+    std::string name = "c" + std::to_string(r.call);
+    if (calls[r.call].results.size() > 1) name += "#" + std::to_string(r.index);
+    return name;
   };
   auto ref_type = [&](const Ref& r) -> const hlo::Type& {
     return r.call < 0 ? param_types[r.index] : calls[r.call].results[r.index];
@@ -180,57 +179,44 @@ void DeferredGraph::flush_locked() {
   key += "->";
   for (const auto& v : live) ref_key(Ref{v->call_, v->result_});
 
+  // The module: the recorded functions, and a main that calls them in
+  // order and returns the live values.
   auto build_text = [&] {
-    std::string text;
-    text += "module @tpu_fused attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-    for (const std::string& name : order) text += functions[name]();
-    text += "  func.func public @main(";
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (i) text += ", ";
-      text += "%arg" + std::to_string(i) + ": ";
-      append_type(text, param_types[i]);
-      if (alias[i] >= 0) text += " {tf.aliasing_output = " + std::to_string(alias[i]) + " : i32}";
-    }
-    text += ") -> (";
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (k) text += ", ";
-      append_type(text, live[k]->type());
-    }
-    text += ") {\n";
+    hlo::Module module("tpu_fused");
+    for (const std::string& name : order) module.add_function(name, functions[name]);
+    std::vector<hlo::Parameter> main_params;
+    for (size_t i = 0; i < params.size(); ++i) main_params.push_back({"arg" + std::to_string(i), param_types[i], alias[i]});
+    std::string body;
     for (size_t c = 0; c < calls.size(); ++c) {
       const Call& call = calls[c];
-      text += "    ";
-      if (call.results.size() == 1) text += "%c" + std::to_string(c) + " = ";
-      if (call.results.size() > 1) text += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
-      text += "\"func.call\"(";
+      body += "    ";
+      if (call.results.size() == 1) body += "%c" + std::to_string(c) + " = ";
+      if (call.results.size() > 1) body += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
+      body += "\"func.call\"(";
       for (size_t a = 0; a < call.args.size(); ++a) {
-        if (a) text += ", ";
-        value_name(text, call.args[a]);
+        if (a) body += ", ";
+        body += "%" + value_name(call.args[a]);
       }
-      text += ") {callee = @" + call.name + "} : (";
+      body += ") {callee = @" + call.name + "} : (";
       for (size_t a = 0; a < call.args.size(); ++a) {
-        if (a) text += ", ";
-        append_type(text, ref_type(call.args[a]));
+        if (a) body += ", ";
+        append_type(body, ref_type(call.args[a]));
       }
-      text += ") -> (";
+      body += ") -> (";
       for (size_t r = 0; r < call.results.size(); ++r) {
-        if (r) text += ", ";
-        append_type(text, call.results[r]);
+        if (r) body += ", ";
+        append_type(body, call.results[r]);
       }
-      text += ")\n";
+      body += ")\n";
     }
-    text += "    \"func.return\"(";
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (k) text += ", ";
-      value_name(text, Ref{live[k]->call_, live[k]->result_});
+    std::vector<hlo::Type> result_types;
+    std::vector<std::string> returned;
+    for (const auto& v : live) {
+      result_types.push_back(v->type());
+      returned.push_back(value_name(Ref{v->call_, v->result_}));
     }
-    text += ") : (";
-    for (size_t k = 0; k < live.size(); ++k) {
-      if (k) text += ", ";
-      append_type(text, live[k]->type());
-    }
-    text += ") -> ()\n  }\n}\n";
-    return text;
+    module.set_main(main_params, result_types, std::move(body), std::move(returned));
+    return module.text();
   };
 
   std::vector<pjrt::c::PJRT_Buffer*> raw;

@@ -187,57 +187,39 @@ std::string Builder::region(const std::vector<Type>& arg_types, const RegionBody
 
 std::string Builder::module(const std::vector<Value>& results,
                             const std::vector<std::pair<int, int>>& donations) const {
-  std::string m;
-  m.reserve(frames_[0].text.size() + 512);
-  m += "module @tpu_program attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {\n";
-  append_function(m, "func.func public @main", results, donations);
-  m += "}\n";
-  return m;
+  Module m;
+  std::vector<Parameter> params = parameters();
+  for (const auto& [p, o] : donations) params.at(p).alias = o;
+  std::vector<Type> types;
+  std::vector<std::string> returned;
+  signature_of(results, types, returned);
+  m.set_main(params, types, frames_[0].text, std::move(returned));
+  return m.text();
 }
 
 std::string Builder::function(const std::string& name, const std::vector<Value>& results) const {
-  std::string m;
-  m.reserve(frames_[0].text.size() + 256);
-  append_function(m, "func.func private @" + name, results, {});
-  return m;
+  std::string out;
+  out.reserve(frames_[0].text.size() + 256);
+  std::vector<Type> types;
+  std::vector<std::string> returned;
+  signature_of(results, types, returned);
+  write_function(out, "func.func private @" + name, parameters(), types, frames_[0].text, returned);
+  return out;
 }
 
-void Builder::append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
-                              const std::vector<std::pair<int, int>>& donations) const {
-  m += "  ";
-  m += head;
-  m += "(";
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (i) m += ", ";
-    append_value(m, params_[i]);
-    m += ": ";
-    types_[params_[i].id].append_to(m);
-    for (const auto& [p, o] : donations) {
-      if (p == static_cast<int>(i)) {
-        m += " {tf.aliasing_output = ";
-        append_int(m, o);
-        m += " : i32}";
-      }
-    }
+std::vector<Parameter> Builder::parameters() const {
+  std::vector<Parameter> params;
+  params.reserve(params_.size());
+  for (Value p : params_) params.push_back({"v" + std::to_string(p.id), types_[p.id], -1});
+  return params;
+}
+
+void Builder::signature_of(const std::vector<Value>& results, std::vector<Type>& types,
+                           std::vector<std::string>& names) const {
+  for (Value r : results) {
+    types.push_back(type(r));
+    names.push_back("v" + std::to_string(r.id));
   }
-  m += ") -> (";
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i) m += ", ";
-    type(results[i]).append_to(m);
-  }
-  m += ") {\n";
-  m += frames_[0].text;
-  m += "    \"func.return\"(";
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i) m += ", ";
-    append_value(m, results[i]);
-  }
-  m += ") : (";
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i) m += ", ";
-    type(results[i]).append_to(m);
-  }
-  m += ") -> ()\n  }\n";
 }
 
 // ---- constants ---------------------------------------------------------------

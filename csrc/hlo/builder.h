@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "csrc/hlo/module.h"
 #include "csrc/hlo/types.h"
 
 namespace tpu::hlo {
@@ -191,8 +192,9 @@ class Builder {
   std::deque<Type> types_;  // a deque: references stay valid as values are added
   std::unordered_set<int> broadcast_;  // values made by broadcast_in_dim (see div)
   std::vector<Value> params_;
-  void append_function(std::string& m, std::string_view head, const std::vector<Value>& results,
-                       const std::vector<std::pair<int, int>>& donations) const;
+  // The main function's parameters, and the types and names of `results`.
+  std::vector<Parameter> parameters() const;
+  void signature_of(const std::vector<Value>& results, std::vector<Type>& types, std::vector<std::string>& names) const;
   std::vector<Frame> frames_;
   int indent_ = 2;
 };

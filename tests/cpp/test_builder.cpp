@@ -95,3 +95,21 @@ TEST(Builder, ReferencesSurviveGrowth) {
 
 }  // namespace
 }  // namespace tpu::hlo
+
+// The module object: functions once per name in the order added, main with
+// its donation attributes, and the module attributes.
+TEST(ModuleTest, FunctionsMainAndAttributes) {
+  tpu::hlo::Module m("m", {2, 1});
+  int made = 0;
+  EXPECT_TRUE(m.add_function("f", [&] { ++made; return std::string("  func.func private @f() -> () {}\n"); }));
+  EXPECT_FALSE(m.add_function("f", [&] { return std::string("other"); }));
+  EXPECT_EQ(made, 0);  // texts are made only when the module's text is
+  tpu::hlo::Type t{tpu::hlo::DType::F32, {2}};
+  m.set_main({{"a", t, 0}, {"b", t, -1}}, {t}, "    %r = \"stablehlo.add\"(%a, %b) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>\n", {"r"});
+  const std::string text = m.text();
+  EXPECT_EQ(made, 1);
+  EXPECT_NE(text.find("mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 2 : i32"), std::string::npos);
+  EXPECT_NE(text.find("%a: tensor<2xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<2xf32>)"), std::string::npos);
+  EXPECT_LT(text.find("@f()"), text.find("@main("));
+  EXPECT_NE(text.find("\"func.return\"(%r) : (tensor<2xf32>) -> ()"), std::string::npos);
+}
