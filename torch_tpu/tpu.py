@@ -111,8 +111,8 @@ class _DeviceProperties:
         self.platform_version = info[2]
         self.pjrt_api_version = info[3]
         self.plugin = info[0]
-        stats = list(_ops.memory_stats(idx))
-        self.total_memory = stats[4] if stats[4] >= 0 else 0
+        # The plugin's limit, or (the CPU plugin) the host's memory.
+        self.total_memory = int(_ops.mem_get_info(idx)[1])
 
     def __repr__(self) -> str:
         return (
@@ -282,7 +282,29 @@ def memory_stats(device: Any = None) -> dict[str, int]:
 
 
 def memory_reserved(device: Any = None) -> int:
+    """Nothing is cached: the reserved bytes are the allocated ones."""
     return memory_allocated(device)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return max_memory_allocated(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _ops.reset_accumulated_memory_stats(_index(device))
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of the device (the host's memory for the CPU plugin)."""
+    free, total = (int(v) for v in _ops.mem_get_info(_index(device)))
+    return free, total
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    s = memory_stats(device)
+    return (f"tpu:{_index(device)} memory: {s['allocated_bytes.all.current']} bytes allocated "
+            f"(peak {s['allocated_bytes.all.peak']}), {s['allocation.all.allocated']} allocations; "
+            "buffers are freed when their tensors die (no cache)")
 
 
 def empty_cache() -> None:

@@ -548,7 +548,22 @@ void check_overlaps(const Entry& e, const std::vector<c10::IValue>& args, const 
   }
 }
 
+void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The boxed kernel of every lowered op. A plugin that runs out of device
+// memory says RESOURCE_EXHAUSTED: that is torch.OutOfMemoryError, as on CUDA
+// (the process goes on; freeing tensors and retrying can succeed).
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  try {
+    run_lowered(op, stack);
+  } catch (const pjrt::Error& err) {
+    TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
+                     "tpu: out of device memory in ", op.operator_name(), ": ", err.what());
+    throw;
+  }
+}
+
+void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Entry& e = entry_for(op.operator_name());
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();

@@ -130,6 +130,11 @@ std::vector<int64_t> memory_stats(int64_t device) {
   return {m.allocated, m.peak, m.num_allocs, in_use, limit};
 }
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
+void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
+std::vector<int64_t> mem_get_info(int64_t device) {
+  DeviceMemory d = device_memory(static_cast<int>(device));
+  return {d.free, d.total};
+}
 
 void manual_seed(int64_t device, int64_t seed) {
   at::Generator g = default_generator(static_cast<c10::DeviceIndex>(device));
@@ -222,6 +227,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("fused_max_ops() -> int", &fused_max_ops);
   m.def("memory_stats(int device) -> int[]", &memory_stats);
   m.def("reset_peak_memory_stats(int device) -> ()", &reset_peak_memory_stats);
+  m.def("reset_accumulated_memory_stats(int device) -> ()", &reset_accumulated_memory_stats);
+  m.def("mem_get_info(int device) -> int[]", &mem_get_info);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
   m.def("initial_seed(int device) -> int", &initial_seed);
   m.def("seed(int device) -> int", &seed);

@@ -1,4 +1,8 @@
 #include "csrc/aten/storage.h"
+#include "csrc/exec/runtime.h"
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <unistd.h>
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
@@ -6,6 +10,8 @@
 
 #include <map>
 #include <vector>
+
+#include "csrc/exec/runtime.h"
 
 namespace tpu {
 
@@ -29,8 +35,10 @@ class AddressSpace {
       free_list.pop_back();
       return p;
     }
-    TORCH_CHECK(r.next + size <= kRegionBytes,
-                "tpu: out of device address space (more than 1 TiB live on tpu:", device, ")");
+    TORCH_CHECK_WITH(OutOfMemoryError, r.next + size <= kRegionBytes,
+                     "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device,
+                     ", whose address space holds at most 1 TiB of live tensors. Free tensors you no longer need "
+                     "(del, or smaller batches).");
     void* p = r.base + r.next;
     r.next += size;
     return p;
@@ -89,7 +97,15 @@ void count_alloc(int device, int64_t nbytes) {
   MemoryCounters& m = g_mem[device];
   m.allocated += nbytes;
   m.peak = std::max(m.peak, m.allocated);
-  if (nbytes > 0) ++m.num_allocs;
+  if (nbytes > 0) {
+    ++m.num_allocs;
+    ++m.live_allocs;
+    m.allocated_total += nbytes;
+  } else {
+    --m.live_allocs;
+    ++m.num_frees;
+    m.freed_total -= nbytes;
+  }
 }
 
 struct Context {
@@ -109,8 +125,42 @@ void delete_context(void* ctx) {
 
 thread_local int t_current_device = 0;
 
-class TpuAllocator final : public c10::Allocator {
+// The allocator of tpu storages. Storages own PJRT buffers, which are freed
+// when their tensors die: nothing is cached, so emptying the cache does
+// nothing and reserved bytes are the allocated ones. As a DeviceAllocator it
+// answers torch.accelerator's memory queries.
+class TpuAllocator final : public c10::DeviceAllocator {
  public:
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  // One in-order stream per device: a buffer is never reused early.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const MemoryCounters m = memory_counters(device);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    auto fill = [](c10::CachingDeviceAllocator::StatArray& a, int64_t current, int64_t peak, int64_t allocated,
+                   int64_t freed) {
+      auto& s = a[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
+      s.current = current;
+      s.peak = peak;
+      s.allocated = allocated;
+      s.freed = freed;
+    };
+    for (auto* a : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
+      fill(*a, m.allocated, m.peak, m.allocated_total, m.freed_total);
+    }
+    for (auto* a : {&stats.allocation, &stats.segment, &stats.active}) {
+      fill(*a, m.live_allocs, m.live_allocs, m.num_allocs, m.num_frees);
+    }
+    return stats;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { reset_accumulated_memory(device); }
+  void resetPeakStats(c10::DeviceIndex device) override { reset_peak_memory(device); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const DeviceMemory d = device_memory(device);
+    return {static_cast<size_t>(d.free), static_cast<size_t>(d.total)};
+  }
+
   c10::DataPtr allocate(size_t nbytes) override {
     const int device = current_device();
     void* addr = nbytes > 0 ? address_space().take(device, nbytes) : nullptr;
@@ -152,6 +202,29 @@ void reset_peak_memory(int device) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
   g_mem[device].peak = g_mem[device].allocated;
+}
+
+void reset_accumulated_memory(int device) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
+  MemoryCounters& m = g_mem[device];
+  m.num_allocs = m.num_frees = m.allocated_total = m.freed_total = 0;
+}
+
+DeviceMemory device_memory(int device) {
+  DeviceMemory d;
+  const int64_t used = memory_counters(device).allocated;
+  if (auto s = exec::Runtime::get().device(device).memory_stats(); s && s->bytes_limit) {
+    d.total = *s->bytes_limit;
+    d.free = std::max<int64_t>(0, d.total - s->bytes_in_use);
+    return d;
+  }
+  // The plugin reports no limit (the XLA CPU plugin: its memory is the
+  // host's): the host's physical memory.
+  const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  d.total = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  d.free = avail > 0 && page > 0 ? static_cast<int64_t>(avail) * page : std::max<int64_t>(0, d.total - used);
+  return d;
 }
 
 int device_of_pointer(const void* ptr) { return address_space().device_of(ptr); }

@@ -68,12 +68,25 @@ inline TpuStorage& storage_of(const at::Tensor& t) { return storage_of(t.storage
 
 // Bytes held by live tpu storages of `device`, and their peak.
 struct MemoryCounters {
-  int64_t allocated = 0;
-  int64_t peak = 0;
-  int64_t num_allocs = 0;
+  int64_t allocated = 0;        // bytes live now
+  int64_t peak = 0;             // most bytes live at once (since the last reset)
+  int64_t num_allocs = 0;       // storages allocated (since the last reset)
+  int64_t num_frees = 0;
+  int64_t live_allocs = 0;      // storages live now
+  int64_t allocated_total = 0;  // bytes ever allocated / freed (since the last reset)
+  int64_t freed_total = 0;
 };
 MemoryCounters memory_counters(int device);
 void reset_peak_memory(int device);
+void reset_accumulated_memory(int device);
+
+// The device's memory: its limit as the plugin reports it, else (the CPU
+// plugin) the host's physical memory; and what is free of it.
+struct DeviceMemory {
+  int64_t total = 0;
+  int64_t free = 0;
+};
+DeviceMemory device_memory(int device);
 
 // Device of a data pointer handed out by tpu_allocator(), or -1.
 int device_of_pointer(const void* ptr);

@@ -149,3 +149,31 @@ def test_package_level_aliases_and_device_context():
             assert torch.tpu.current_device() == before
     with torch.tpu.device(torch.device("tpu", 0)):
         assert torch.tpu.current_device() == 0
+
+
+def test_torch_accelerator_memory_queries():
+    """torch.accelerator's memory calls go to the allocator as a
+    DeviceAllocator (they hit an internal assert before)."""
+    torch.tpu.synchronize()
+    base = torch.accelerator.memory_allocated()
+    x = torch.ones(1000, device="tpu")
+    assert torch.accelerator.memory_allocated() == base + 4000 == torch.tpu.memory_allocated()
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base + 4000
+    assert stats["allocation.all.current"] >= 1
+    assert torch.accelerator.max_memory_allocated() >= base + 4000
+    assert torch.accelerator.memory_reserved() == torch.accelerator.memory_allocated()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == torch.accelerator.memory_allocated()
+    torch.accelerator.empty_cache()
+    del x
+    assert torch.accelerator.memory_allocated() == base
+    free, total = torch.tpu.mem_get_info()
+    assert 0 < free <= total == torch.tpu.get_device_properties().total_memory
+
+
+def test_out_of_memory_is_torch_out_of_memory_error_and_the_process_goes_on():
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        torch.empty(1 << 40, device="tpu")
+    y = torch.arange(4.0, device="tpu") * 2
+    assert y.sum().item() == 12.0
