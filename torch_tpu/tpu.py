@@ -175,66 +175,52 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 
 
 # ---- streams and events -----------------------------------------------------------
-# One in-order stream per device: programs run in the order they are started.
+# One in-order stream per device: PJRT runs a device's programs in the order
+# they are started, so every stream of a device is that one (ordering work on
+# it with everything else is always correct). Events are real: recording one
+# takes the completion of the latest program started on the device (running
+# the thread's deferred fused graph first); query() tells whether it is done,
+# synchronize() waits for it, elapsed_time() measures between completions.
 
 
-class Stream:
-    def __init__(self, device: Any = None, priority: int = 0):
-        self.device = torch.device("tpu", _index(device))
+class Stream(torch.Stream):
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs):
+        return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs):
         self.priority = priority
 
-    def synchronize(self) -> None:
-        synchronize(self.device)
+    def wait_event(self, event: "torch.Event") -> None:
+        pass  # one in-order stream: already ordered
 
-    def wait_stream(self, stream: "Stream") -> None:
+    def wait_stream(self, stream: "torch.Stream") -> None:
         pass
 
-    def wait_event(self, event: "Event") -> None:
-        pass
-
-    def record_event(self, event: "Event | None" = None) -> "Event":
-        event = event or Event()
+    def record_event(self, event: "torch.Event | None" = None) -> "torch.Event":
+        event = event if event is not None else Event()
         event.record(self)
         return event
 
-    def query(self) -> bool:
-        return True
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other.device == self.device
+class Event(torch.Event):
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
 
-    def __hash__(self) -> int:
-        return hash(("tpu-stream", self.device))
-
-
-class Event:
-    def __init__(self, enable_timing: bool = False, blocking: bool = False):
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self.enable_timing = enable_timing
-        self._device: int | None = None
-        self._time: float | None = None
 
-    def record(self, stream: Stream | None = None) -> None:
-        import time
+    def record(self, stream: "torch.Stream | None" = None) -> None:
+        super().record(stream if stream is not None else current_stream())
 
-        self._device = (stream.device.index if stream is not None else current_device())
-        if self.enable_timing:
-            synchronize(self._device)
-            self._time = time.perf_counter()
+    def wait(self, stream: "torch.Stream | None" = None) -> None:
+        pass  # one in-order stream: already ordered
 
-    def synchronize(self) -> None:
-        if self._device is not None:
-            synchronize(self._device)
-
-    def wait(self, stream: Stream | None = None) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-    def elapsed_time(self, end: "Event") -> float:
-        if self._time is None or end._time is None:
-            raise RuntimeError("both events must be recorded with enable_timing=True")
-        return (end._time - self._time) * 1000.0
+    def elapsed_time(self, end_event: "torch.Event") -> float:
+        """Milliseconds between this event's completion and ``end_event``'s."""
+        if end_event.device.type != "tpu":
+            raise ValueError(f"elapsed_time: end_event is on {end_event.device}, not tpu")
+        return float(_ops._event_elapsed_ms(self.event_id, end_event.event_id))
 
 
 def current_stream(device: Any = None) -> Stream:
@@ -245,8 +231,12 @@ def default_stream(device: Any = None) -> Stream:
     return Stream(device)
 
 
+def set_stream(stream: torch.Stream) -> None:
+    """Every stream of a device is its one in-order stream: nothing to switch."""
+
+
 @contextlib.contextmanager
-def stream(s: Stream | None):
+def stream(s: "torch.Stream | None"):
     yield s
 
 

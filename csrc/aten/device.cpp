@@ -4,6 +4,12 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
 
 #include "csrc/aten/generator.h"
 #include "csrc/aten/storage.h"
@@ -21,6 +27,33 @@ int device_count_or_zero() noexcept {
   } catch (...) {
     return 0;  // no plugin: the device is unavailable, not an error here
   }
+}
+
+struct TpuEvent {
+  int device = 0;
+  std::shared_ptr<pjrt::Event> done;                   // null: nothing was pending when recorded
+  std::shared_ptr<std::atomic<int64_t>> completed_ns;  // steady clock at completion (0 until then)
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double elapsed_ms(TpuEvent* a, TpuEvent* b) {
+  TORCH_CHECK(a != nullptr && b != nullptr && a->completed_ns && b->completed_ns,
+              "elapsed_time: both events must be recorded before asking for the time between them");
+  for (TpuEvent* e : {a, b}) {
+    if (e->done) e->done->await();
+    while (e->completed_ns->load() == 0) std::this_thread::yield();  // the callback runs just after
+  }
+  return static_cast<double>(b->completed_ns->load() - a->completed_ns->load()) / 1e6;
+}
+
+// torch.Event.elapsed_time accepts only torch.Event itself as its argument,
+// not a subclass (torch.tpu.Event): this op serves the subclass.
+double event_elapsed_ms(int64_t start, int64_t end) {
+  return elapsed_ms(reinterpret_cast<TpuEvent*>(start), reinterpret_cast<TpuEvent*>(end));
 }
 
 // One in-order stream per device: PJRT runs a device's programs in the order
@@ -57,26 +90,79 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(device_count_or_zero());
   }
-  // Events: with one in-order stream per device, an event is complete once
-  // the device has drained; recording needs no state.
+  // Streams: one in-order stream per device; a "new" stream is that one
+  // (work on it is ordered with everything else, which is always correct).
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return c10::Stream(c10::Stream::DEFAULT, with_index(d));
+  }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    return c10::Stream(c10::Stream::DEFAULT, with_index(d));
+  }
+
+  // Events: recording takes the completion of the latest program started
+  // on the device (running the calling thread's deferred graph first), so
+  // an event is complete exactly when everything issued before it is.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    if (*event == nullptr) *event = reinterpret_cast<void*>(1);
+    const int device = device_index >= 0          ? device_index
+                       : stream.device_index() >= 0 ? stream.device_index()
+                                                    : current_device();
+    auto* e = static_cast<TpuEvent*>(*event);
+    if (e == nullptr) {
+      e = new TpuEvent();
+      *event = e;
+    }
+    current_executor().flush(device);
+    exec::Executor::process_default().flush(device);
+    e->device = device;
+    e->done = exec::Runtime::get().last_event(device);
+    e->completed_ns = std::make_shared<std::atomic<int64_t>>(0);
+    if (!e->done || e->done->is_ready()) {
+      e->completed_ns->store(now_ns());
+    } else {
+      std::shared_ptr<std::atomic<int64_t>> at = e->completed_ns;
+      e->done->on_ready([at] { at->store(now_ns()); });
+    }
   }
-  void block(void* event, const c10::Stream& stream) const override {}
-  bool queryEvent(void* event) const override { return true; }
-  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
-  bool queryStream(const c10::Stream& stream) const override { return true; }
+  void block(void* event, const c10::Stream& stream) const override {}  // one stream: already ordered
+  bool queryEvent(void* event) const override {
+    auto* e = static_cast<TpuEvent*>(event);
+    return e == nullptr || !e->done || e->done->is_ready();
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
+    delete static_cast<TpuEvent*>(event);
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    const int device = stream.device_index() >= 0 ? stream.device_index() : current_device();
+    std::shared_ptr<pjrt::Event> last = exec::Runtime::get().last_event(device);
+    return !last || last->is_ready();
+  }
   void synchronizeStream(const c10::Stream& stream) const override {
-    synchronize_device(stream.device_index());
+    synchronize_device(stream.device_index() >= 0 ? stream.device_index() : current_device());
   }
-  void synchronizeEvent(void* event) const override {}
+  void synchronizeEvent(void* event) const override {
+    auto* e = static_cast<TpuEvent*>(event);
+    if (e != nullptr && e->done) e->done->await();
+  }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     synchronize_device(device_index);
+  }
+  // Milliseconds between the completions of two recorded events.
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex device_index) const override {
+    return elapsed_ms(static_cast<TpuEvent*>(start), static_cast<TpuEvent*>(end));
+  }
+
+ private:
+  static c10::Device with_index(c10::Device d) {
+    return d.has_index() ? d : c10::Device(kType, static_cast<c10::DeviceIndex>(current_device()));
   }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
+  m.def("_event_elapsed_ms(int start, int end) -> float", &event_elapsed_ms);
+}
 
 class TpuHooks final : public at::PrivateUse1HooksInterface {
  public:

@@ -92,19 +92,20 @@ AddressSpace& address_space() {
 std::mutex g_mem_mu;
 MemoryCounters g_mem[kMaxDevices];
 
-void count_alloc(int device, int64_t nbytes) {
+void count_alloc(int device, int64_t nbytes, bool freed) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   MemoryCounters& m = g_mem[device];
-  m.allocated += nbytes;
-  m.peak = std::max(m.peak, m.allocated);
-  if (nbytes > 0) {
+  if (freed) {
+    m.allocated -= nbytes;
+    --m.live_allocs;
+    ++m.num_frees;
+    m.freed_total += nbytes;
+  } else {
+    m.allocated += nbytes;
+    m.peak = std::max(m.peak, m.allocated);
     ++m.num_allocs;
     ++m.live_allocs;
     m.allocated_total += nbytes;
-  } else {
-    --m.live_allocs;
-    ++m.num_frees;
-    m.freed_total -= nbytes;
   }
 }
 
@@ -119,7 +120,7 @@ void delete_context(void* ctx) {
   const int device = c->storage.device();
   const size_t nbytes = c->storage.nbytes();
   if (c->address != nullptr) address_space().give_back(device, c->address, nbytes);
-  count_alloc(device, -static_cast<int64_t>(nbytes));
+  count_alloc(device, static_cast<int64_t>(nbytes), true);
   delete c;
 }
 
@@ -165,7 +166,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
     const int device = current_device();
     void* addr = nbytes > 0 ? address_space().take(device, nbytes) : nullptr;
     auto* ctx = new Context(nbytes, device, addr);
-    count_alloc(device, static_cast<int64_t>(nbytes));
+    count_alloc(device, static_cast<int64_t>(nbytes), false);
     return c10::DataPtr(addr, ctx, &delete_context,
                         c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
   }

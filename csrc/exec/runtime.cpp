@@ -143,7 +143,7 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
   std::lock_guard<std::mutex> lock(pending_mu_);
   auto& list = pending_[device_index];
   if (list.size() >= 256) {  // drop the finished ones; errors surface on reads
-    std::vector<std::unique_ptr<pjrt::Event>> keep;
+    std::vector<std::shared_ptr<pjrt::Event>> keep;
     for (auto& e : list) {
       if (!e->is_ready()) keep.push_back(std::move(e));
     }
@@ -155,13 +155,20 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
 
 void Runtime::synchronize(int device_index) {
   device(device_index);  // validates
-  std::vector<std::unique_ptr<pjrt::Event>> events;
+  std::vector<std::shared_ptr<pjrt::Event>> events;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
     events.swap(pending_[device_index]);
   }
   for (auto& e : events) e->await();
   verify_checks(device_index);
+}
+
+std::shared_ptr<pjrt::Event> Runtime::last_event(int device_index) {
+  device(device_index);  // validates
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  const auto& list = pending_[device_index];
+  return list.empty() ? nullptr : list.back();
 }
 
 void Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message, bool verify_now) {

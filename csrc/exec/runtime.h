@@ -71,6 +71,11 @@ class Runtime {
   // Throws CheckFailure for the first failed pending check of `device`.
   void verify_checks(int device);
 
+  // The completion of the latest program started on `device`: done once
+  // everything started before it is (one in-order stream per device). Null
+  // when nothing is pending.
+  std::shared_ptr<pjrt::Event> last_event(int device);
+
   // Executions started (for tests and statistics).
   int64_t executions() const { return executions_; }
 
@@ -87,7 +92,7 @@ class Runtime {
   std::atomic<int64_t> executions_{0};
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
-  std::vector<std::vector<std::unique_ptr<pjrt::Event>>> pending_;
+  std::vector<std::vector<std::shared_ptr<pjrt::Event>>> pending_;
   struct Check {
     pjrt::BufferPtr ok;
     std::string message;

@@ -29,6 +29,36 @@ bool Event::is_ready() {
   return args.is_ready;
 }
 
+namespace {
+struct ReadyCallback {
+  const Api* api;
+  std::function<void()> fn;
+};
+void run_ready_callback(c::PJRT_Error* error, void* arg) {
+  std::unique_ptr<ReadyCallback> cb(static_cast<ReadyCallback*>(arg));
+  if (error != nullptr) {
+    auto destroy = make_args<c::PJRT_Error_Destroy_Args>();
+    destroy.error = error;
+    cb->api->raw()->PJRT_Error_Destroy(&destroy);
+  }
+  cb->fn();
+}
+}  // namespace
+
+void Event::on_ready(std::function<void()> fn) {
+  auto args = make_args<c::PJRT_Event_OnReady_Args>();
+  args.event = event_;
+  args.callback = &run_ready_callback;
+  auto* cb = new ReadyCallback{api_, std::move(fn)};
+  args.user_arg = cb;
+  try {
+    TPU_PJRT_CALL(*api_, Event_OnReady, args);
+  } catch (...) {
+    delete cb;
+    throw;
+  }
+}
+
 Buffer::~Buffer() {
   if (buffer_ == nullptr) return;
   auto args = make_args<c::PJRT_Buffer_Destroy_Args>();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,9 @@ class Event {
   // Block until the event is ready; throw the plugin's error if it failed.
   void await();
   bool is_ready();
+  // Call `fn` once the event is ready (at once if it is), on whichever
+  // thread completes it; an error of the event is dropped (await reports it).
+  void on_ready(std::function<void()> fn);
 
  private:
   const Api* api_;

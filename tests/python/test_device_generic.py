@@ -177,3 +177,54 @@ def test_out_of_memory_is_torch_out_of_memory_error_and_the_process_goes_on():
         torch.empty(1 << 40, device="tpu")
     y = torch.arange(4.0, device="tpu") * 2
     assert y.sum().item() == 12.0
+
+
+def test_events_follow_real_device_completion():
+    """An event recorded after work is complete exactly when that work is;
+    streams are torch.Stream objects (DDP, FSDP and torch.accelerator make
+    them), every one the device's in-order stream."""
+    s = torch.tpu.Stream()
+    assert isinstance(s, torch.Stream) and isinstance(torch.Stream(device="tpu"), torch.Stream)
+    assert torch.accelerator.current_stream().device.type == "tpu"
+    x = torch.randn(300, 300, device="tpu")
+    x.sum().item()
+    start = torch.tpu.Event(enable_timing=True)
+    start.record()
+    for _ in range(40):
+        x = torch.tanh(x @ x)
+    end = torch.tpu.Event(enable_timing=True)
+    end.record()
+    pending = not end.query()  # may already be done on a fast machine
+    end.synchronize()
+    assert end.query() and start.query()
+    assert end.elapsed_time(start) <= 0 <= start.elapsed_time(end)
+    if pending:
+        assert start.elapsed_time(end) > 0
+    e = s.record_event()
+    e.synchronize()
+    assert e.query() and s.query()
+    e.wait()
+    s.wait_event(e)
+    s.wait_stream(torch.tpu.current_stream())
+    with torch.tpu.stream(s):
+        y = x + 1
+    s.synchronize()
+    assert torch.isfinite(y).all().item()
+    # torch.Event itself works on tpu too.
+    a, b = torch.Event(device="tpu", enable_timing=True), torch.Event(device="tpu", enable_timing=True)
+    a.record()
+    b.record()
+    b.synchronize()
+    assert a.elapsed_time(b) >= 0
+
+
+def test_an_event_in_fused_eager_waits_for_the_deferred_work():
+    with torch_tpu.execution_mode("fused"):
+        x = torch.randn(200, 200, device="tpu")
+        for _ in range(20):
+            x = torch.tanh(x @ x)
+        e = torch.tpu.Event()
+        e.record()  # runs the deferred graph: the event is its completion
+        assert torch.ops.torch_tpu._storage_info(x).startswith("buffer")
+        e.synchronize()
+        assert e.query()
