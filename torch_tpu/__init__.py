@@ -73,9 +73,10 @@ from . import _kernels  # noqa: E402
 _kernels.register()
 
 from . import api  # noqa: E402,F401
-from . import compiler  # noqa: E402
+from . import _accelerate, compiler  # noqa: E402
 
 compiler.register()
+_accelerate.install()
 
 
 def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:

@@ -76,3 +76,63 @@ def test_hf_gradient_checkpointing_with_dropout_equals_no_checkpointing():
     plain, checkpointed = grads(False), grads(True)
     for a, b in zip(plain, checkpointed):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+class _Tokens(torch.utils.data.Dataset):
+    def __init__(self, n=8, length=12):
+        g = torch.Generator().manual_seed(3)
+        self.ids = torch.randint(0, 32, (n, length), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def _trainer_losses(tmp_path, use_cpu, **kw):
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=32, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / ("cpu" if use_cpu else "tpu")), max_steps=4,
+                                          per_device_train_batch_size=2, logging_steps=1, report_to=[],
+                                          save_strategy="no", use_cpu=use_cpu, dataloader_pin_memory=False, **kw)
+    devices = []
+
+    class Watch(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **_):
+            devices.append(next(model.parameters()).device.type)
+
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_Tokens(), callbacks=[Watch()])
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return torch.tensor(losses), devices
+
+
+@pytest.mark.parametrize("kw", [{}, {"gradient_accumulation_steps": 2}], ids=["default", "grad_accum"])
+def test_trainer_with_default_settings_trains_on_tpu_with_cpu_losses(tmp_path, kw):
+    """Transformers picks tpu through torch.accelerator; accelerate, which
+    knows no out-of-tree device, is taught to pick it too (no environment
+    variable): model and batches meet on tpu."""
+    tpu, tpu_devices = _trainer_losses(tmp_path, False, **kw)
+    cpu, cpu_devices = _trainer_losses(tmp_path, True, **kw)
+    assert set(tpu_devices) == {"tpu"} and set(cpu_devices) == {"cpu"}
+    torch.testing.assert_close(tpu, cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_trainer_in_bfloat16_trains_on_tpu(tmp_path):
+    losses, devices = _trainer_losses(tmp_path, False, bf16=True)
+    assert set(devices) == {"tpu"} and torch.isfinite(losses).all() and len(losses) == 4
+
+
+def test_accelerate_picks_tpu_whichever_is_imported_first():
+    pytest.importorskip("accelerate")
+    from conftest import run_python
+
+    for order in ("import torch_tpu, accelerate", "import accelerate, accelerate.state, torch_tpu"):
+        r = run_python(f"import torch; {order}\nfrom accelerate import Accelerator\n"
+                       "print(Accelerator().device.type)", timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[-1] == "tpu", r.stdout
