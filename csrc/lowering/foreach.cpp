@@ -158,6 +158,28 @@ Value keep_if(Builder& b, Value skip, Value old_v, Value new_v) {
   return b.select(b.broadcast_in_dim(skip, b.dims(new_v), {}), old_v, new_v);
 }
 
+// The learning rate (a number, or a one-element tensor: the tensor_lr
+// overloads) over `shape`.
+Value learning_rate(Context& c, size_t arg, DType ct, const Dims& shape) {
+  Builder& b = c.b;
+  Value lr = c.args.is_tensor(arg) ? b.reshape(b.convert(c.args.tensor(arg), ct), {}) : c.args.scalar_value(arg, ct);
+  return b.broadcast_in_dim(lr, shape, {});
+}
+
+// The gradient `g` divided by the GradScaler's grad_scale (argument
+// `scale_arg`, when given). The unscaled gradient is also appended to
+// `unscaled`, to be written back as CPU and CUDA do (a skipped step keeps
+// the scaled one).
+Value unscale(Context& c, size_t scale_arg, Value skip, Value grad, Value g, const Dims& shape,
+              std::vector<Value>& unscaled) {
+  if (!c.args.has(scale_arg)) return g;
+  Builder& b = c.b;
+  const DType ct = b.dtype(g);
+  g = b.div(g, b.broadcast_in_dim(b.reshape(b.convert(c.args.tensor(scale_arg), ct), {}), shape, {}));
+  unscaled.push_back(keep_if(b, skip, b.convert(grad, ct), g));
+  return g;
+}
+
 // _fused_adam_ / _fused_adamw_(self[], grads[], exp_avgs[], exp_avg_sqs[],
 //   max_exp_avg_sqs[], state_steps[], *, lr, beta1, beta2, weight_decay, eps,
 //   amsgrad, maximize, grad_scale?, found_inf?)
@@ -178,11 +200,8 @@ std::vector<Value> fused_adam(Context& c, bool adamw) {
     auto num = [&](double v) { return b.full(v, ct, shape); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
     Value m = b.convert(avgs[k], ct), v = b.convert(sqs[k], ct);
-    Value lr = full(c.args.is_tensor(6) ? b.reshape(b.convert(c.args.tensor(6), ct), {}) : c.args.scalar_value(6, ct));
-    if (c.args.has(13)) {
-      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(13), ct), {})));
-      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
-    }
+    Value lr = learning_rate(c, 6, ct, shape);
+    g = unscale(c, 13, skip, grads[k], g, shape, new_g);
     if (maximize) g = b.neg(g);
     Value p0 = p;
     if (wd != 0) {
@@ -236,11 +255,8 @@ std::vector<Value> fused_sgd(Context& c) {
     const Dims& shape = pinfo[k].sizes;
     auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct);
-    Value lr = full(c.args.is_tensor(5) ? b.reshape(b.convert(c.args.tensor(5), ct), {}) : c.args.scalar_value(5, ct));
-    if (c.args.has(10)) {
-      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(10), ct), {})));
-      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
-    }
+    Value lr = learning_rate(c, 5, ct, shape);
+    g = unscale(c, 10, skip, grads[k], g, shape, new_g);
     if (maximize) g = b.neg(g);
     if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
     if (momentum != 0) {
@@ -279,11 +295,8 @@ std::vector<Value> fused_adagrad(Context& c) {
     const Dims& shape = pinfo[k].sizes;
     auto full = [&](Value scalar) { return b.broadcast_in_dim(scalar, shape, {}); };
     Value p = b.convert(params[k], ct), g = b.convert(grads[k], ct), sum = b.convert(sums[k], ct);
-    Value lr = full(c.args.is_tensor(4) ? b.reshape(b.convert(c.args.tensor(4), ct), {}) : c.args.scalar_value(4, ct));
-    if (c.args.has(9)) {
-      g = b.div(g, full(b.reshape(b.convert(c.args.tensor(9), ct), {})));
-      new_g.push_back(keep_if(b, skip, b.convert(grads[k], ct), g));
-    }
+    Value lr = learning_rate(c, 4, ct, shape);
+    g = unscale(c, 9, skip, grads[k], g, shape, new_g);
     if (maximize) g = b.neg(g);
     if (wd != 0) g = b.add(g, b.mul(p, full(c.args.runtime_scalar(wd, ct))));
     Value step = full(b.reshape(b.convert(steps[k], ct), {}));
