@@ -2,6 +2,7 @@
 // Generator and runs stablehlo.rng_bit_generator (ThreeFry), so results are
 // reproducible under torch.manual_seed and independent of the host.
 #include <cmath>
+#include <functional>
 
 #include "csrc/lowering/common.h"
 
@@ -56,9 +57,38 @@ void check_float(const TensorInfo& t, const char* op) {
   TORCH_CHECK(c10::isFloatingType(t.dtype), op, " expects a floating point tensor, got ", c10::toString(t.dtype));
 }
 
+// A complex tensor draws its real and imaginary parts as two real values
+// each (PyTorch fills view_as_real(self)): `draw` makes a real tensor of the
+// given shape, whose last dim of 2 becomes (real, imaginary).
+Value complex_of_parts(Builder& b, const Dims& sizes, DType complex_dt,
+                       const std::function<Value(const Dims&, DType)>& draw) {
+  const DType real_dt = complex_dt == DType::C128 ? DType::F64 : DType::F32;
+  Dims pairs = sizes;
+  pairs.push_back(2);
+  Value v = b.convert(draw(pairs, real_dt), real_dt);
+  const int64_t r = static_cast<int64_t>(sizes.size());
+  Dims lo(r + 1, 0), hi = pairs;
+  hi[r] = 1;
+  Value re = b.reshape(b.slice(v, lo, hi), sizes);
+  lo[r] = 1;
+  hi[r] = 2;
+  Value im = b.reshape(b.slice(v, lo, hi), sizes);
+  return b.complex(re, im);
+}
+
 // uniform(self, from, to, *, generator)
 std::vector<Value> lower_uniform(Context& c) {
   const TensorInfo& self = c.args.info(0);
+  if (c10::isComplexType(self.dtype)) {
+    const double from = c.args.double_(1), to = c.args.double_(2);
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+    Builder& b = c.b;
+    return one(complex_of_parts(b, self.sizes, to_hlo(self.dtype), [&](const Dims& shape, DType dt) {
+      Value u = uniform01(c, 3, shape, dt);
+      return b.add(b.mul(u, splat(b, c.args.runtime_scalar(to - from, b.dtype(u)), shape)),
+                   splat(b, c.args.runtime_scalar(from, b.dtype(u)), shape));
+    }));
+  }
   check_float(self, "uniform_");
   const double from = c.args.double_(1), to = c.args.double_(2);
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
@@ -73,10 +103,18 @@ std::vector<Value> lower_uniform(Context& c) {
 // normal(self, mean, std, *, generator): normal_ and normal_functional
 std::vector<Value> lower_normal_fill(Context& c) {
   const TensorInfo& self = c.args.info(0);
-  check_float(self, "normal_");
   const double std = c.args.double_(2);
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   Builder& b = c.b;
+  if (c10::isComplexType(self.dtype)) {
+    // Each part has std / sqrt(2), so that the complex values have std `std`.
+    return one(complex_of_parts(b, self.sizes, to_hlo(self.dtype), [&](const Dims& shape, DType dt) {
+      Value z = standard_normal(c, 3, shape, dt);
+      return b.add(b.mul(z, splat(b, c.args.runtime_scalar(std / M_SQRT2, b.dtype(z)), shape)),
+                   splat(b, c.args.runtime_scalar(c.args.double_(1), b.dtype(z)), shape));
+    }));
+  }
+  check_float(self, "normal_");
   const DType dt = to_hlo(self.dtype);
   Value z = standard_normal(c, 3, self.sizes, dt);
   Value r = b.add(b.mul(z, splat(b, c.args.runtime_scalar(std, b.dtype(z)), self.sizes)),

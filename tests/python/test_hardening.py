@@ -229,3 +229,24 @@ def test_histc_accepts_integers_as_cuda_does(dtype):
     want = torch.histc(experts.double(), bins=8, min=0, max=7).to(dtype)
     assert_same(got, want)
     assert_same(torch.histc(experts.to("tpu"), bins=4), torch.histc(experts.double(), bins=4).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_complex_random_tensors(dtype):
+    """randn/rand/normal_ of complex dtypes raised; as on CPU, each part is
+    drawn as a real value (normal parts with std / sqrt(2))."""
+    torch.manual_seed(0)
+    z = torch.randn(20000, dtype=dtype, device="tpu").cpu()
+    assert z.dtype == dtype
+    for part in (z.real, z.imag):
+        assert abs(part.mean().item()) < 0.03 and abs(part.var().item() - 0.5) < 0.03
+    u = torch.rand(20000, dtype=dtype, device="tpu").cpu()
+    for part in (u.real, u.imag):
+        assert 0 <= part.min().item() and part.max().item() < 1 and abs(part.mean().item() - 0.5) < 0.02
+    n = torch.empty(20000, dtype=dtype, device="tpu").normal_(3.0, 2.0).cpu()
+    assert abs(n.real.mean().item() - 3) < 0.05 and abs(n.imag.mean().item() - 3) < 0.05
+    assert abs((n - (3 + 3j)).abs().pow(2).mean().item() - 4) < 0.2  # the complex variance is std**2
+    torch.manual_seed(5)
+    a = torch.randn(3, 4, dtype=dtype, device="tpu").cpu()
+    torch.manual_seed(5)
+    assert torch.equal(torch.randn(3, 4, dtype=dtype, device="tpu").cpu(), a)
