@@ -23,17 +23,20 @@ Two ways in:
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import warnings
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["backend", "stats", "reset_stats", "CompileError"]
+__all__ = ["backend", "stats", "reset_stats", "recompile_reasons", "CompileError"]
 
 _ops = torch.ops.torch_tpu
 _lock = threading.Lock()
-_stats = {"graphs": 0, "calls": 0}
+_stats = {"graphs": 0, "calls": 0, "recompiles": 0}
+_recompiles: list[tuple[str, str]] = []
+_log = logging.getLogger("torch_tpu.compile")
 
 
 class CompileError(RuntimeError):
@@ -52,6 +55,38 @@ def reset_stats() -> None:
     with _lock:
         for k in _stats:
             _stats[k] = 0
+        _recompiles.clear()
+
+
+def recompile_reasons() -> list[tuple[str, str]]:
+    """(function, reason) for each recompile the tpu backend saw: the guard
+    that failed, as Dynamo recorded it ("tensor 'x' size mismatch at index
+    0. expected 2, actual 3"). Each is also logged to the "torch_tpu.compile"
+    logger (INFO)."""
+    with _lock:
+        return list(_recompiles)
+
+
+def _note_recompile(gm) -> None:
+    """When Dynamo compiles a frame again, say which guard failed."""
+    try:
+        from torch._dynamo.utils import guard_failures
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 (best effort: never fail a compile over a log line)
+        return
+    if cid is None or not cid.frame_compile_id:
+        return
+    reason, where = "", getattr(gm, "_torch_tpu_name", None) or type(gm).__name__
+    for code, failures in list(guard_failures.items()):
+        if failures and str(failures[-1]).startswith(f"{cid.frame_id}/"):
+            reason = str(failures[-1]).split(": ", 1)[-1]
+            where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+    with _lock:
+        _stats["recompiles"] += 1
+        _recompiles.append((where, reason))
+    _log.info("torch.compile on tpu: recompiling %s (compile %s): %s", where, cid, reason or "unknown reason")
 
 
 def _count(key: str) -> None:
@@ -185,6 +220,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> C
         warnings.warn(f"torch.compile on tpu: the options {sorted(meaningful)} are Inductor's and have no "
                       "effect with the tpu backend", stacklevel=2)
     _warn_if_dynamic(example_inputs)
+    _note_recompile(gm)
     from torch._dynamo.backends.common import aot_autograd
 
     compiler = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,

@@ -164,6 +164,10 @@ def test_a_new_shape_recompiles_once():
         compiled(torch.randn(5, 6, device="tpu"))
         assert _graphs() == 2
     assert out.shape == (5, 3)
+    # torch_tpu says why it recompiled: the guard that failed.
+    assert torch_tpu.compiler.stats()["recompiles"] == 1
+    (where, reason), = torch_tpu.compiler.recompile_reasons()
+    assert "size mismatch" in reason and "expected 2, actual 5" in reason, reason
 
 
 def test_dropout_follows_the_tpu_generator():
