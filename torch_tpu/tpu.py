@@ -7,6 +7,7 @@ synchronization, streams and events, memory statistics.
 from __future__ import annotations
 
 import contextlib
+import enum
 from typing import Any
 
 import torch
@@ -320,7 +321,46 @@ def _lazy_init() -> None:
     _ops.device_count()
 
 
+# ---- matmul precision --------------------------------------------------------------------
+
+
+class Precision(enum.Enum):
+    """Precision of float32 matmuls and convolutions: XLA's DEFAULT (one
+    bfloat16 pass on TPU), HIGH (three passes) and HIGHEST (float32). They are
+    PyTorch's float32 matmul precisions "medium", "high" and "highest"."""
+
+    DEFAULT = "medium"
+    HIGH = "high"
+    HIGHEST = "highest"
+
+
+def get_precision() -> Precision:
+    return Precision(torch.get_float32_matmul_precision())
+
+
+def set_precision(precision: "Precision | str") -> None:
+    p = precision if isinstance(precision, Precision) else Precision[str(precision).upper()]
+    torch.set_float32_matmul_precision(p.value)
+
+
+@contextlib.contextmanager
+def precision(p: "Precision | str"):
+    """Run the block's float32 matmuls and convolutions at precision ``p``."""
+    old = torch.get_float32_matmul_precision()
+    set_precision(p)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
 # ---- the compilation cache ------------------------------------------------------------
+
+
+def _set_dump_on_cache_miss(on: bool = True) -> None:
+    """Print every program compiled on a cache miss (its StableHLO) to stderr."""
+    _ops._set_dump_on_cache_miss(bool(on))
+
 
 
 def cache_stats() -> dict:

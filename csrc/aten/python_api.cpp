@@ -130,6 +130,7 @@ std::vector<int64_t> memory_stats(int64_t device) {
   return {m.allocated, m.peak, m.num_allocs, in_use, limit};
 }
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
+void set_dump_on_cache_miss(bool on) { exec::ExecutableCache::set_dump_on_miss(on); }
 void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
 std::vector<int64_t> mem_get_info(int64_t device) {
   DeviceMemory d = device_memory(static_cast<int>(device));
@@ -229,6 +230,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("reset_peak_memory_stats(int device) -> ()", &reset_peak_memory_stats);
   m.def("reset_accumulated_memory_stats(int device) -> ()", &reset_accumulated_memory_stats);
   m.def("mem_get_info(int device) -> int[]", &mem_get_info);
+  m.def("_set_dump_on_cache_miss(bool on) -> ()", &set_dump_on_cache_miss);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
   m.def("initial_seed(int device) -> int", &initial_seed);
   m.def("seed(int device) -> int", &seed);

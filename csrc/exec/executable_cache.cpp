@@ -117,6 +117,13 @@ void ExecutableCache::shutdown() {
   write_session();
 }
 
+namespace {
+std::atomic<bool> g_dump_on_miss{false};
+}  // namespace
+
+bool ExecutableCache::dump_on_miss() { return g_dump_on_miss.load(std::memory_order_relaxed); }
+void ExecutableCache::set_dump_on_miss(bool on) { g_dump_on_miss = on; }
+
 pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program,
                                                     const std::string& options) {
   return get_or_compile(program, [&] { return program; }, options);
@@ -152,7 +159,12 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
   double seconds = 0;
   if (!exe) {
     auto t0 = std::chrono::steady_clock::now();
-    exe = client_->compile(program(), options);
+    const std::string text = program();
+    if (dump_on_miss()) {
+      std::fprintf(stderr, "torch_tpu: cache miss, compiling program %016llx (%zu bytes of StableHLO):\n%s\n",
+                   static_cast<unsigned long long>(hash), text.size(), text.c_str());
+    }
+    exe = client_->compile(text, options);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!disk_dir_.empty()) store_to_disk(key, hash, *exe);
   }

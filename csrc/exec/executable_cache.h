@@ -45,6 +45,10 @@ class ExecutableCache {
   ~ExecutableCache();
 
   pjrt::ExecutablePtr get_or_compile(const std::string& program, const std::string& options);
+  // Print each program compiled on a miss (its text) to stderr: for finding
+  // what compiles, and why a step compiles again (torch.tpu._set_dump_on_cache_miss).
+  static bool dump_on_miss();
+  static void set_dump_on_miss(bool on);
   // The same, keyed by `key` instead of the program text: `program()` is
   // only called to compile. The key must determine the program (fused eager
   // keys a graph by its structure, the recorded functions by their

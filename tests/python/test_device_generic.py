@@ -228,3 +228,31 @@ def test_an_event_in_fused_eager_waits_for_the_deferred_work():
         assert torch.ops.torch_tpu._storage_info(x).startswith("buffer")
         e.synchronize()
         assert e.query()
+
+
+def test_precision_context_sets_float32_matmul_precision():
+    a = torch.randn(64, 64)
+    at = a.to("tpu")
+    before = torch.get_float32_matmul_precision()
+    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+        assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST
+        exact = (at @ at).cpu()
+        with torch.tpu.precision("default"):
+            assert torch.get_float32_matmul_precision() == "medium"
+            (at @ at).cpu()
+        assert torch.get_float32_matmul_precision() == "highest"
+    assert torch.get_float32_matmul_precision() == before
+    torch.testing.assert_close(exact, a @ a, rtol=1e-5, atol=1e-4)
+
+
+def test_dump_on_cache_miss_prints_each_compiled_program():
+    code = ("import torch, torch_tpu\n"
+            "torch.tpu._set_dump_on_cache_miss(True)\n"
+            "x = torch.arange(7.0, device='tpu')\n"
+            "(x * 3.25).cpu()\n"
+            "torch.tpu._set_dump_on_cache_miss(False)\n"
+            "torch.sin(x).cpu()\n")
+    r = run_python(code, env={"TORCH_TPU_CACHE_DIR": "0", "TORCH_TPU_SESSION": "0"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "cache miss, compiling program" in r.stderr and "stablehlo.multiply" in r.stderr
+    assert "stablehlo.sine" not in r.stderr  # compiled after the dump was switched off
