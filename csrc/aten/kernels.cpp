@@ -521,21 +521,33 @@ void push_returns(torch::jit::Stack* stack, const c10::FunctionSchema& schema, c
 // assert_no_partial_overlap; overlaps too hard to decide are allowed, as on
 // CPU), and for the ops of refuses_full_overlap() any shared memory is.
 void check_overlaps(const Entry& e, const std::vector<c10::IValue>& args, const c10::OperatorName& name) {
+  // The tensors written (copies: for_each_tensor may hand out temporaries);
+  // their storages are looked up linearly unless there are many (_foreach).
   std::vector<at::Tensor> written;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && t.has_storage()) written.push_back(t);
+  };
   if (e.kind == VariantKind::Inplace) {
-    for_each_tensor(args[0], [&](const at::Tensor& t) { if (t.defined()) written.push_back(t); });
+    for_each_tensor(args[0], add);
   } else {
-    for (size_t k : e.out_args) for_each_tensor(args[k], [&](const at::Tensor& t) { if (t.defined()) written.push_back(t); });
+    for (size_t k : e.out_args) for_each_tensor(args[k], add);
   }
   if (written.empty()) return;
-  std::unordered_set<const c10::StorageImpl*> storages;
-  for (const at::Tensor& w : written) {
-    if (w.has_storage()) storages.insert(w.storage().unsafeGetStorageImpl());
+  std::unordered_set<const c10::StorageImpl*> many;
+  if (written.size() > 8) {
+    for (const at::Tensor& w : written) many.insert(w.storage().unsafeGetStorageImpl());
   }
+  auto is_written = [&](const c10::StorageImpl* s) {
+    if (!many.empty()) return many.count(s) != 0;
+    for (const at::Tensor& w : written) {
+      if (w.storage().unsafeGetStorageImpl() == s) return true;
+    }
+    return false;
+  };
   const size_t first = e.kind == VariantKind::Inplace ? 1 : 0;  // self is read and written
   for (size_t i = first; i < e.num_functional_args && i < args.size(); ++i) {
     for_each_tensor(args[i], [&](const at::Tensor& t) {
-      if (!t.defined() || !t.has_storage() || !storages.count(t.storage().unsafeGetStorageImpl())) return;
+      if (!t.defined() || !t.has_storage() || !is_written(t.storage().unsafeGetStorageImpl())) return;
       for (const at::Tensor& w : written) {
         const at::MemOverlapStatus status = at::get_overlap_status(w, t);
         TORCH_CHECK(status != at::MemOverlapStatus::Partial &&

@@ -2,6 +2,15 @@
 
 namespace tpu::hlo {
 
+namespace {
+void append_types(std::string& out, const std::vector<Type>& types) {
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (i) out += ", ";
+    types[i].append_to(out);
+  }
+}
+}  // namespace
+
 void write_function(std::string& out, std::string_view head, const std::vector<Parameter>& params,
                     const std::vector<Type>& results, std::string_view body,
                     const std::vector<std::string>& returned) {
@@ -21,10 +30,7 @@ void write_function(std::string& out, std::string_view head, const std::vector<P
     }
   }
   out += ") -> (";
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i) out += ", ";
-    results[i].append_to(out);
-  }
+  append_types(out, results);
   out += ") {\n";
   out += body;
   out += "    \"func.return\"(";
@@ -34,10 +40,7 @@ void write_function(std::string& out, std::string_view head, const std::vector<P
     out += returned[i];
   }
   out += ") : (";
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i) out += ", ";
-    results[i].append_to(out);
-  }
+  append_types(out, results);
   out += ") -> ()\n  }\n";
 }
 
