@@ -842,10 +842,11 @@ std::vector<Value> lower_multilabel_margin_backward(Context& c) {
   return one(cast(b, b.reshape(gi, in.sizes), in.dtype));
 }
 
+// The result takes self's and target's promoted dtype (PyTorch's meta kernels).
 template <typename F>
 std::vector<Value> pointwise_loss(Context& c, F f) {
   // (self, target, reduction, ...)
-  const at::ScalarType t = c.args.info(0).dtype;
+  const at::ScalarType t = c10::promoteTypes(c.args.info(0).dtype, c.args.info(1).dtype);
   const Dims shape = broadcast_shapes(c.args.info(0).sizes, c.args.info(1).sizes);
   Builder& b = c.b;
   const DType ct = to_hlo(opmath_type(t));
@@ -856,8 +857,11 @@ std::vector<Value> pointwise_loss(Context& c, F f) {
 
 template <typename F>
 std::vector<Value> pointwise_loss_backward(Context& c, F f) {
-  // (grad_output, self, target, reduction, ...)
-  const at::ScalarType t = c.args.info(1).dtype;
+  // (grad_output, self, target, reduction, ...): the result takes the
+  // promoted dtype of all three (PyTorch's meta kernels; autograd then casts
+  // the gradient to self's dtype).
+  const at::ScalarType t = c10::promoteTypes(c10::promoteTypes(c.args.info(0).dtype, c.args.info(1).dtype),
+                                             c.args.info(2).dtype);
   const Dims shape = broadcast_shapes(c.args.info(1).sizes, c.args.info(2).sizes);
   Builder& b = c.b;
   const DType ct = to_hlo(opmath_type(t));
