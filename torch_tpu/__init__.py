@@ -63,7 +63,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 _PLUGIN = _plugin.find_plugin()
 _ops._configure(
     _PLUGIN.path,
-    int(os.environ.get("TORCH_TPU_CPU_DEVICES", "1")),
+    _plugin.cpu_device_count(),
     _plugin.default_cache_dir(),
     _plugin.session_name(),
 )
@@ -73,10 +73,11 @@ from . import _kernels  # noqa: E402
 _kernels.register()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, compiler  # noqa: E402
+from . import _accelerate, compiler, distributed  # noqa: E402
 
 compiler.register()
 _accelerate.install()
+distributed.register()
 
 
 def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:

@@ -103,3 +103,20 @@ def session_name() -> str:
         return "" if explicit.strip().lower() in ("", "0", "off", "none") else explicit
     argv = getattr(sys, "orig_argv", None) or sys.argv
     return "\0".join([os.getcwd(), *argv])
+
+
+def cpu_device_count() -> int:
+    """How many devices the XLA CPU plugin simulates: TORCH_TPU_CPU_DEVICES, or
+    under a launcher (torchrun), one per local process, so that each rank
+    can take `tpu:LOCAL_RANK` as on a multi-accelerator host; else 1."""
+    for var in ("TORCH_TPU_CPU_DEVICES", "LOCAL_WORLD_SIZE"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            try:
+                n = int(value)
+            except ValueError:
+                raise ValueError(f"{var}={value!r} is not a number of devices") from None
+            if n < 1:
+                raise ValueError(f"{var}={value!r}: the number of devices must be at least 1")
+            return n
+    return 1

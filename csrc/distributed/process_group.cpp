@@ -1,0 +1,482 @@
+#include "csrc/distributed/process_group.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace tpu::dist {
+
+namespace {
+
+bool on_host(const at::Tensor& t) { return t.device().is_cpu(); }
+
+// A contiguous host copy of a tpu tensor's values (a PJRT transfer; it waits
+// for the ops that produce them, and runs what fused eager deferred).
+at::Tensor host_copy(const at::Tensor& t) {
+  return t.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true,
+              at::MemoryFormat::Contiguous);
+}
+
+bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    return err.what_without_backtrace();
+  } catch (const std::exception& err) {
+    return err.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+std::exception_ptr backend_error(const std::string& msg) {
+  return std::make_exception_ptr(c10::DistBackendError(
+      c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg));
+}
+
+}  // namespace
+
+// One call in flight: the host tensors the transport reads and writes, and
+// which tpu tensor each host result is written back into.
+struct ProcessGroupTPU::Call {
+  Call(const char* op, c10d::OpType type) : op(op), type(type) {}
+  const char* op;
+  c10d::OpType type;
+  std::vector<std::pair<at::Tensor, at::Tensor>> writeback;  // (tpu tensor, host tensor)
+  std::vector<at::Tensor> outputs;                           // what the Future holds
+
+  // The host tensor the transport reads for `values`; when `written` is
+  // given, the transport's result in it goes back into `written`.
+  at::Tensor in(const at::Tensor& values, const at::Tensor* written = nullptr) {
+    if (on_host(values) && (written == nullptr || on_host(*written))) {
+      if (written != nullptr) outputs.push_back(*written);
+      return written != nullptr ? *written : values;
+    }
+    at::Tensor host = host_copy(values);
+    if (written != nullptr) {
+      writeback.emplace_back(*written, host);
+      outputs.push_back(*written);
+    }
+    return host;
+  }
+  at::Tensor inout(const at::Tensor& t) { return in(t, &t); }
+  // A host tensor for the transport to fill, written back into `t`.
+  at::Tensor out(const at::Tensor& t) {
+    outputs.push_back(t);
+    if (on_host(t)) return t;
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    writeback.emplace_back(t, host);
+    return host;
+  }
+  std::vector<at::Tensor> in(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> r;
+    for (const auto& t : ts) r.push_back(in(t));
+    return r;
+  }
+  std::vector<at::Tensor> inout(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> r;
+    for (const auto& t : ts) r.push_back(inout(t));
+    return r;
+  }
+  std::vector<at::Tensor> out(const std::vector<at::Tensor>& ts) {
+    std::vector<at::Tensor> r;
+    for (const auto& t : ts) r.push_back(out(t));
+    return r;
+  }
+  std::vector<std::vector<at::Tensor>> out(const std::vector<std::vector<at::Tensor>>& ts) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (const auto& l : ts) r.push_back(out(l));
+    return r;
+  }
+  std::vector<std::vector<at::Tensor>> in(const std::vector<std::vector<at::Tensor>>& ts) {
+    std::vector<std::vector<at::Tensor>> r;
+    for (const auto& l : ts) r.push_back(in(l));
+    return r;
+  }
+};
+
+namespace {
+
+// PREMUL_SUM scales each input on the device, then sums (the host transport
+// has no PREMUL_SUM); every other reduction goes to the transport as it is.
+c10d::ReduceOp host_reduction(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+}
+
+at::Tensor prescaled(const c10d::ReduceOp& op, const at::Tensor& t) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(s != nullptr, "tpu: PREMUL_SUM without a factor");
+  return s->tensor_factor.defined() ? t * s->tensor_factor.to(t.device()) : t * s->double_factor;
+}
+
+// A Work of this backend: it completes once the host work has, and its
+// results are written back to the tpu tensors.
+class TpuWork final : public c10d::Work {
+ public:
+  TpuWork(c10::intrusive_ptr<ProcessGroupTPU> group, uint64_t seq, std::string op, c10d::OpType type,
+          c10::intrusive_ptr<c10d::Work> host, std::vector<std::pair<at::Tensor, at::Tensor>> writeback,
+          std::vector<at::Tensor> outputs)
+      : Work(group->getRank(), type),
+        group_(std::move(group)),
+        seq_(seq),
+        op_(std::move(op)),
+        host_(std::move(host)),
+        writeback_(std::move(writeback)),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  // A collective completes from its host work's Future, on the transport's
+  // thread, or, where the host work has no Future, on a thread that waits
+  // for it. A point-to-point work completes when it is waited for or polled,
+  // on the caller's thread (Gloo's p2p works take one waiter).
+  void start(bool p2p) {
+    via_future_ = !p2p;
+    if (p2p) return;
+    c10::intrusive_ptr<TpuWork> self = c10::intrusive_ptr<TpuWork>::reclaim_copy(this);
+    c10::intrusive_ptr<c10::ivalue::Future> host_future;
+    try {
+      host_future = host_->getFuture();
+    } catch (const c10::Error&) {
+      std::thread([self] {
+        try {
+          self->host_->wait();
+          self->complete(nullptr);
+        } catch (...) {
+          self->complete(std::current_exception());
+        }
+      }).detach();
+      return;
+    }
+    host_future->addCallback([self](c10::ivalue::Future& f) {
+      self->complete(f.hasError() ? f.exception_ptr() : nullptr);
+    });
+  }
+
+  bool isCompleted() override {
+    if (!via_future_ && host_->isCompleted()) complete(host_->exception());
+    return Work::isCompleted();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!via_future_) {
+      try {
+        host_->wait(timeout);
+        complete(nullptr);
+      } catch (...) {
+        complete(std::current_exception());
+      }
+    }
+    return Work::wait(timeout);
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+  int sourceRank() const override { return host_->sourceRank(); }
+
+ private:
+  void complete(std::exception_ptr error) {
+    std::call_once(done_, [&] {
+      if (!error) {
+        try {
+          at::NoGradGuard no_grad;
+          for (auto& [device, host] : writeback_) device.copy_(host);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      writeback_.clear();
+      if (error) error = backend_error(group_->describe_failure(seq_, op_, message_of(error)));
+      finish(error);
+      if (error) {
+        future_->setError(error);
+      } else {
+        future_->markCompleted(c10::IValue(outputs_));
+      }
+    });
+  }
+
+  c10::intrusive_ptr<ProcessGroupTPU> group_;
+  uint64_t seq_;
+  std::string op_;
+  c10::intrusive_ptr<c10d::Work> host_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> writeback_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool via_future_ = true;
+  std::once_flag done_;
+};
+
+}  // namespace
+
+ProcessGroupTPU::ProcessGroupTPU(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                 std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> host,
+                                 std::string group_name, std::vector<int64_t> global_ranks)
+    : Backend(rank, size),
+      store_(std::move(store)),
+      host_(std::move(host)),
+      timeout_(timeout),
+      group_name_(std::move(group_name)),
+      global_ranks_(std::move(global_ranks)) {
+  TORCH_CHECK(host_, "tpu: the c10d backend needs a host transport");
+}
+
+void ProcessGroupTPU::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  host_->setTimeout(timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::run(
+    Call& call, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  const uint64_t seq = ++seq_;
+  c10::intrusive_ptr<c10d::Work> host = issue();  // bad arguments raise here, as the transport's errors
+  auto work = c10::make_intrusive<TpuWork>(c10::intrusive_ptr<ProcessGroupTPU>::reclaim_copy(this), seq,
+                                           call.op, call.type, std::move(host), std::move(call.writeback),
+                                           std::move(call.outputs));
+  work->start(c10d::isP2POp(call.type));
+  return work;
+}
+
+std::string ProcessGroupTPU::describe_failure(uint64_t seq, const std::string& op, const std::string& cause) {
+  auto global = [&](int r) { return r < static_cast<int>(global_ranks_.size()) ? global_ranks_[r] : r; };
+  std::ostringstream msg;
+  msg << "tpu: " << op << " (collective #" << seq << " of process group '" << group_name_ << "', rank "
+      << global(getRank()) << " of " << getSize() << ") failed: " << cause;
+  const bool timed_out = contains(cause, "imed out") || contains(cause, "imeout");
+  const bool lost_peer = contains(cause, "onnection closed") || contains(cause, "onnection reset") ||
+                         contains(cause, "Broken pipe");
+  if (timed_out) {
+    // Post that this rank reached the collective; every rank that reached it
+    // and timed out does the same, so the ranks missing after a short grace
+    // period never got there.
+    const std::string prefix = "tpu_timeout/" + std::to_string(seq) + "/";
+    std::vector<int> missing;
+    try {
+      store_->set(prefix + std::to_string(getRank()), std::vector<uint8_t>(op.begin(), op.end()));
+      const auto grace = std::min<std::chrono::milliseconds>(std::chrono::seconds(2), timeout_);
+      const auto deadline = std::chrono::steady_clock::now() + grace;
+      std::vector<int> pending;
+      for (int r = 0; r < getSize(); ++r) {
+        if (r != getRank()) pending.push_back(r);
+      }
+      while (!pending.empty()) {
+        std::erase_if(pending, [&](int r) { return store_->check({prefix + std::to_string(r)}); });
+        if (pending.empty() || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      missing = pending;
+    } catch (const std::exception& e) {
+      msg << " (the store could not say which ranks were missing: " << e.what() << ")";
+    }
+    if (!missing.empty()) {
+      msg << ". Rank(s) that never reached this collective: [";
+      for (size_t i = 0; i < missing.size(); ++i) msg << (i ? ", " : "") << global(missing[i]);
+      msg << "]: every rank of the group must call the same collectives in the same order";
+    }
+  } else if (lost_peer) {
+    msg << ". A peer closed its connection: its process may have exited or crashed";
+  }
+  return msg.str();
+}
+
+// The collectives. Each stages its tensors and issues the same collective on
+// the host copies.
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("broadcast", c10d::OpType::BROADCAST);
+  auto host = c.inout(tensors);
+  return run(c, [&] { return host_->broadcast(host, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::AllreduceOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_reduce", c10d::OpType::ALLREDUCE);
+  std::vector<at::Tensor> host;
+  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
+  c10d::AllreduceOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->allreduce(host, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                    const c10d::AllreduceCoalescedOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED);
+  std::vector<at::Tensor> host;
+  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
+  c10d::AllreduceCoalescedOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->allreduce_coalesced(host, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("reduce", c10d::OpType::REDUCE);
+  std::vector<at::Tensor> host;
+  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
+  c10d::ReduceOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->reduce(host, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllgatherOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_gather", c10d::OpType::ALLGATHER);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->allgather(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                const c10d::AllgatherOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE);
+  at::Tensor in = c.in(input);
+  at::Tensor out = c.out(output);
+  return run(c, [&] { return host_->_allgather_base(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                    std::vector<at::Tensor>& inputs,
+                                                                    const c10d::AllgatherOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->allgather_coalesced(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->allgather_into_tensor_coalesced(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::GatherOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("gather", c10d::OpType::GATHER);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->gather(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::scatter(std::vector<at::Tensor>& outputs,
+                                                        std::vector<std::vector<at::Tensor>>& inputs,
+                                                        const c10d::ScatterOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("scatter", c10d::OpType::SCATTER);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->scatter(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                               std::vector<std::vector<at::Tensor>>& inputs,
+                                                               const c10d::ReduceScatterOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("reduce_scatter", c10d::OpType::REDUCE_SCATTER);
+  std::vector<std::vector<at::Tensor>> in;
+  for (auto& l : inputs) {
+    std::vector<at::Tensor> row;
+    for (auto& t : l) row.push_back(c.in(prescaled(opts.reduceOp, t)));
+    in.push_back(std::move(row));
+  }
+  auto out = c.out(outputs);
+  c10d::ReduceScatterOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->reduce_scatter(out, in, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::ReduceScatterOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE);
+  at::Tensor in = c.in(prescaled(opts.reduceOp, input));
+  at::Tensor out = c.out(output);
+  c10d::ReduceScatterOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->_reduce_scatter_base(out, in, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED);
+  std::vector<at::Tensor> in;
+  for (auto& t : inputs) in.push_back(c.in(prescaled(opts.reduceOp, t)));
+  auto out = c.out(outputs);
+  c10d::ReduceScatterOptions o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return run(c, [&] { return host_->reduce_scatter_tensor_coalesced(out, in, o); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t>& output_splits,
+                                                              std::vector<int64_t>& input_splits,
+                                                              const c10d::AllToAllOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_to_all_single", c10d::OpType::ALLTOALL_BASE);
+  at::Tensor in = c.in(input);
+  at::Tensor out = c.out(output);
+  return run(c, [&] { return host_->alltoall_base(out, in, output_splits, input_splits, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllToAllOptions& opts) {
+  at::NoGradGuard no_grad;
+  Call c("all_to_all", c10d::OpType::ALLTOALL);
+  auto in = c.in(inputs);
+  auto out = c.out(outputs);
+  return run(c, [&] { return host_->alltoall(out, in, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  at::NoGradGuard no_grad;
+  Call c("send", c10d::OpType::SEND);
+  auto host = c.in(tensors);
+  return run(c, [&] { return host_->send(host, dst, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  at::NoGradGuard no_grad;
+  Call c("recv", c10d::OpType::RECV);
+  auto host = c.out(tensors);
+  return run(c, [&] { return host_->recv(host, src, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  at::NoGradGuard no_grad;
+  Call c("recv", c10d::OpType::RECVANYSOURCE);
+  auto host = c.out(tensors);
+  return run(c, [&] { return host_->recvAnysource(host, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptions& opts) {
+  Call c("barrier", c10d::OpType::BARRIER);
+  c10d::BarrierOptions o = opts;
+  o.device.reset();  // the transport's barrier runs on the host
+  return run(c, [&] { return host_->barrier(o); });
+}
+
+void ProcessGroupTPU::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  host_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+}  // namespace tpu::dist

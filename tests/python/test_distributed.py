@@ -1,0 +1,98 @@
+"""torch.distributed on tpu tensors: the tpu c10d backend, with 2 and 4
+processes on this host (spawned, each with its own device), against gloo on
+CPU tensors and single-process training. Workers: dist_workers.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import torch_tpu  # noqa: F401
+
+import dist_workers as w
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
+
+
+def test_backend_is_registered():
+    assert dist.Backend.default_device_backend_map["tpu"] == "tpu"
+    assert "tpu" in dist.Backend.backend_list and "tpu_dist" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["tpu"] == ["tpu"]
+
+
+def test_collectives_equal_gloo():
+    w.launch(w.collectives, 2)
+
+
+@pytest.mark.parametrize("backend", ["tpu", "tpu_dist", "cpu:gloo,tpu:tpu"])
+def test_backend_names(backend):
+    w.launch(w.backend_names, 2, backend)
+
+
+def test_four_ranks():
+    w.launch(w.subgroups_four, 4, timeout=240)
+
+
+def test_ddp_equals_single_process():
+    w.launch(w.ddp, 2)
+
+
+def test_fsdp2_dtensor_and_checkpoint_reloaded_by_one_process():
+    import torch.distributed.checkpoint as dcp
+
+    with tempfile.TemporaryDirectory() as ckpt:
+        w.launch(w.fsdp_dtensor_dcp, 2, ckpt)
+        # Saved by 2 ranks, loaded by 1 (another world size), no process group.
+        model = w._mlp().to("tpu")
+        state = {"model": model.state_dict()}
+        dcp.load(state, checkpoint_id=ckpt)
+        model.load_state_dict(state["model"])
+        expected = torch.load(os.path.join(ckpt, "expected.pt"))
+        for k, v in expected.items():
+            assert torch.equal(model.state_dict()[k].cpu(), v), k
+
+
+def test_skipped_collective_times_out_naming_it():
+    w.launch(w.skipped_collective, 2, timeout=90)
+
+
+def test_dead_rank_fails_the_others():
+    w.launch(w.dead_rank, 2, timeout=90)
+
+
+TORCHRUN_SCRIPT = r'''
+import os, torch, torch_tpu, torch.distributed as dist
+local_rank = int(os.environ["LOCAL_RANK"])
+dev = torch.device("tpu", local_rank)
+torch.tpu.set_device(dev)
+dist.init_process_group(device_id=dev)
+t = torch.full((2,), float(dist.get_rank() + 1), device=dev)
+dist.all_reduce(t)
+assert t.device == dev, t.device
+assert t.cpu().tolist() == [3.0, 3.0], t
+with open(os.path.join(os.environ["RESULTS"], f"rank{dist.get_rank()}"), "w") as f:
+    f.write(f"devices {torch.tpu.device_count()} on {t.device}")
+dist.destroy_process_group()
+'''
+
+
+def test_torchrun_each_rank_takes_its_own_device(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    env = dict(os.environ)
+    env.pop("TORCH_TPU_CPU_DEVICES", None)
+    env["RESULTS"] = str(tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(2):
+        assert (tmp_path / f"rank{rank}").read_text() == f"devices 2 on tpu:{rank}"
