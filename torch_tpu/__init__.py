@@ -92,6 +92,25 @@ from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E40
 register_optimizer_step_post_hook(_flush_after_optimizer_step)
 
 
+def _drain_autograd_device_thread() -> None:
+    # Autograd runs a tpu backward on its own device thread, which releases
+    # the graph it ran (its thread-local state and the callbacks queued on
+    # it hold Python objects) just after backward() returns, and needs the
+    # GIL for that. A script that ends right then keeps the GIL through
+    # shutdown, and a thread that asks for it once the interpreter is
+    # finalizing is stopped in a way that aborts the process (SIGABRT). At
+    # exit, give the GIL away for a moment first.
+    if _ops._started() and not _ops._in_forked_child():
+        import time
+
+        time.sleep(0.02)
+
+
+import atexit  # noqa: E402
+
+atexit.register(_drain_autograd_device_thread)
+
+
 def is_available() -> bool:
     """Whether a tpu device can be used (the same as ``torch.tpu.is_available``)."""
     return _tpu_module.is_available()

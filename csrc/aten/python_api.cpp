@@ -10,6 +10,7 @@
 #include "csrc/aten/kernels.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/aten/storage.h"
+#include "csrc/aten/tensor_ops.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
 
@@ -207,6 +208,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("_lowering_names() -> str[]", &lowering_names);
   m.def("_abi_layout() -> str", &abi_layout);
   m.def("_storage_info(Tensor t) -> str", &storage_info);
+  m.def("_adopt_host(Tensor(a!) self, Tensor host) -> ()", &adopt_host);
   m.def("device_count() -> int", &device_count);
   m.def("current_device() -> int", &get_current_device);
   m.def("set_device(int device) -> ()", &set_device);

@@ -197,7 +197,12 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
-  at::Tensor out = at::empty(src.sizes(), at::TensorOptions().dtype(dtype));
+  return to_host_into(src, at::empty(src.sizes(), at::TensorOptions().dtype(dtype)));
+}
+
+// Reads src's values into `out`, a contiguous host tensor of src's sizes.
+at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
+  const at::ScalarType dtype = out.scalar_type();
   if (src.numel() == 0) return out;
   TpuStorage::Value val = storage_of(src).value();
   if (!val.buffer) return out.zero_();  // never written: zero bytes are zero in every dtype
@@ -244,8 +249,30 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     return dst;
   }
   TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
-  dst.copy_(to_host(src, dst.scalar_type()));
+  if (dst.is_contiguous() && dst.sizes() == src.sizes()) {
+    to_host_into(src, dst);  // straight into dst: one copy, not two
+  } else {
+    dst.copy_(to_host(src, dst.scalar_type()));
+  }
   return dst;
+}
+
+void adopt_host(const at::Tensor& self, const at::Tensor& host) {
+  TORCH_CHECK(self.device().type() == c10::DeviceType::PrivateUse1 && host.device().is_cpu(),
+              "_adopt_host: expects a tpu tensor and a CPU tensor, got ", self.device(), " and ", host.device());
+  TORCH_CHECK(host.is_contiguous() && host.sizes() == self.sizes() && host.scalar_type() == self.scalar_type(),
+              "_adopt_host: the host tensor must be contiguous, of the tpu tensor's sizes and dtype");
+  const auto& rt = exec::Runtime::get();
+  if (self.numel() == 0 || !covers_storage(self) || !self.is_contiguous() || self.is_conj() || self.is_neg() ||
+      rt.client().platform_name() != "cpu") {
+    copy_from(host, self, false);
+    return;
+  }
+  const Type type{to_hlo(self.scalar_type()), self.sizes().vec()};
+  // The buffer keeps host's storage alive for as long as it aliases it.
+  pjrt::BufferPtr buf = rt.client().adopt_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,
+                                               rt.device(tpu_index(self)), [keep = host.storage()] {});
+  storage_of(self).set_value(std::move(buf), type);
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {

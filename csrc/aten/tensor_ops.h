@@ -39,5 +39,11 @@ bool equal(const at::Tensor& self, const at::Tensor& other);
 
 // A contiguous CPU copy of a tpu tensor (in `dtype`).
 at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype);
+at::Tensor to_host_into(const at::Tensor& src, at::Tensor out);
+// Moves the values of `host` (a contiguous CPU tensor of self's sizes and
+// dtype that nobody writes again) into `self`: on the CPU plugin the device
+// buffer aliases host's memory instead of copying it (torch_tpu::_adopt_host;
+// the c10d backend's results come back this way).
+void adopt_host(const at::Tensor& self, const at::Tensor& host);
 
 }  // namespace tpu

@@ -1,6 +1,7 @@
 #include "csrc/distributed/process_group.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -10,15 +11,23 @@
 
 namespace tpu::dist {
 
+ProcessGroupTPU::~ProcessGroupTPU() = default;
+
 namespace {
 
 bool on_host(const at::Tensor& t) { return t.device().is_cpu(); }
 
-// A contiguous host copy of a tpu tensor's values (a PJRT transfer; it waits
-// for the ops that produce them, and runs what fused eager deferred).
-at::Tensor host_copy(const at::Tensor& t) {
-  return t.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true,
-              at::MemoryFormat::Contiguous);
+// Writes `host` (a staging tensor nothing writes again) into the tpu tensor
+// `device`; on the CPU plugin the device buffer adopts host's memory.
+void write_back(const at::Tensor& device, const at::Tensor& host) {
+  static auto adopt = c10::Dispatcher::singleton()
+                          .findSchemaOrThrow("torch_tpu::_adopt_host", "")
+                          .typed<void(const at::Tensor&, const at::Tensor&)>();
+  if (device.is_contiguous() && device.scalar_type() == host.scalar_type() && device.sizes() == host.sizes()) {
+    adopt.call(device, host);
+  } else {
+    device.copy_(host);
+  }
 }
 
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
@@ -42,12 +51,45 @@ std::exception_ptr backend_error(const std::string& msg) {
 
 }  // namespace
 
+// Host staging tensors, reused: a pooled tensor is free again once nothing
+// but the pool refers to it or its storage (the transport is done with it and
+// no device buffer aliases it any more). Reuse matters: fresh memory costs a
+// page fault per 4 KB, more than the copy itself.
+class ProcessGroupTPU::HostPool {
+ public:
+  at::Tensor take(at::IntArrayRef sizes, at::ScalarType dtype) {
+    const int64_t nbytes = c10::multiply_integers(sizes) * static_cast<int64_t>(c10::elementSize(dtype));
+    if (nbytes == 0) return at::empty(sizes, at::TensorOptions().dtype(dtype));
+    std::lock_guard<std::mutex> lock(mu_);
+    at::Tensor bytes;
+    for (const auto& e : pool_) {
+      if (e.numel() == nbytes && is_free(e)) {
+        bytes = e;
+        break;
+      }
+    }
+    if (!bytes.defined()) {
+      if (pool_.size() >= kMaxEntries) std::erase_if(pool_, [](const at::Tensor& e) { return is_free(e); });
+      bytes = at::empty({nbytes}, at::TensorOptions().dtype(at::kByte));
+      if (pool_.size() < kMaxEntries) pool_.push_back(bytes);
+    }
+    return bytes.view(dtype).view(sizes);
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 64;
+  static bool is_free(const at::Tensor& e) { return e.use_count() == 1 && e.storage().use_count() == 1; }
+  std::mutex mu_;
+  std::vector<at::Tensor> pool_;
+};
+
 // One call in flight: the host tensors the transport reads and writes, and
 // which tpu tensor each host result is written back into.
 struct ProcessGroupTPU::Call {
-  Call(const char* op, c10d::OpType type) : op(op), type(type) {}
+  Call(const char* op, c10d::OpType type, HostPool& pool) : op(op), type(type), pool(pool) {}
   const char* op;
   c10d::OpType type;
+  HostPool& pool;
   std::vector<std::pair<at::Tensor, at::Tensor>> writeback;  // (tpu tensor, host tensor)
   std::vector<at::Tensor> outputs;                           // what the Future holds
 
@@ -58,7 +100,10 @@ struct ProcessGroupTPU::Call {
       if (written != nullptr) outputs.push_back(*written);
       return written != nullptr ? *written : values;
     }
-    at::Tensor host = host_copy(values);
+    // A PJRT transfer: it waits for the ops that produce the values (and runs
+    // what fused eager deferred), so the call is ordered after them.
+    at::Tensor host = pool.take(values.sizes(), values.scalar_type());
+    host.copy_(values);
     if (written != nullptr) {
       writeback.emplace_back(*written, host);
       outputs.push_back(*written);
@@ -70,7 +115,7 @@ struct ProcessGroupTPU::Call {
   at::Tensor out(const at::Tensor& t) {
     outputs.push_back(t);
     if (on_host(t)) return t;
-    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    at::Tensor host = pool.take(t.sizes(), t.scalar_type());
     writeback.emplace_back(t, host);
     return host;
   }
@@ -144,19 +189,38 @@ class TpuWork final : public c10d::Work {
     try {
       host_future = host_->getFuture();
     } catch (const c10::Error&) {
-      std::thread([self] {
+      std::thread([self]() mutable {
         try {
           self->host_->wait();
           self->complete(nullptr);
         } catch (...) {
           self->complete(std::current_exception());
         }
+        retire(std::move(self));
       }).detach();
       return;
     }
-    host_future->addCallback([self](c10::ivalue::Future& f) {
+    host_future->addCallback([self](c10::ivalue::Future& f) mutable {
       self->complete(f.hasError() ? f.exception_ptr() : nullptr);
+      retire(std::move(self));
     });
+  }
+
+  // A thread of the transport must never drop the last reference to a Work:
+  // its tensors may own Python objects, and taking the GIL on such a thread
+  // while the interpreter exits kills the process. It hands the reference
+  // to the graveyard instead, which callers of collectives (Python threads)
+  // empty; what is left at exit is never destroyed.
+  static void retire(c10::intrusive_ptr<TpuWork> work) {
+    std::lock_guard<std::mutex> lock(graveyard().mu);
+    graveyard().works.push_back(std::move(work));
+  }
+  static void bury_retired() {
+    std::vector<c10::intrusive_ptr<TpuWork>> dead;
+    {
+      std::lock_guard<std::mutex> lock(graveyard().mu);
+      dead.swap(graveyard().works);
+    }
   }
 
   bool isCompleted() override {
@@ -185,7 +249,7 @@ class TpuWork final : public c10d::Work {
       if (!error) {
         try {
           at::NoGradGuard no_grad;
-          for (auto& [device, host] : writeback_) device.copy_(host);
+          for (auto& [device, host] : writeback_) write_back(device, host);
         } catch (...) {
           error = std::current_exception();
         }
@@ -210,6 +274,15 @@ class TpuWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool via_future_ = true;
   std::once_flag done_;
+
+  struct Graveyard {
+    std::mutex mu;
+    std::vector<c10::intrusive_ptr<TpuWork>> works;
+  };
+  static Graveyard& graveyard() {
+    static auto* g = new Graveyard();  // never destroyed: see retire()
+    return *g;
+  }
 };
 
 }  // namespace
@@ -222,7 +295,8 @@ ProcessGroupTPU::ProcessGroupTPU(c10::intrusive_ptr<c10d::Store> store, int rank
       host_(std::move(host)),
       timeout_(timeout),
       group_name_(std::move(group_name)),
-      global_ranks_(std::move(global_ranks)) {
+      global_ranks_(std::move(global_ranks)),
+      pool_(std::make_unique<HostPool>()) {
   TORCH_CHECK(host_, "tpu: the c10d backend needs a host transport");
 }
 
@@ -233,6 +307,7 @@ void ProcessGroupTPU::setTimeout(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::run(
     Call& call, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  TpuWork::bury_retired();
   const uint64_t seq = ++seq_;
   c10::intrusive_ptr<c10d::Work> host = issue();  // bad arguments raise here, as the transport's errors
   auto work = c10::make_intrusive<TpuWork>(c10::intrusive_ptr<ProcessGroupTPU>::reclaim_copy(this), seq,
@@ -290,7 +365,7 @@ std::string ProcessGroupTPU::describe_failure(uint64_t seq, const std::string& o
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("broadcast", c10d::OpType::BROADCAST);
+  Call c("broadcast", c10d::OpType::BROADCAST, *pool_);
   auto host = c.inout(tensors);
   return run(c, [&] { return host_->broadcast(host, opts); });
 }
@@ -298,7 +373,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_reduce", c10d::OpType::ALLREDUCE);
+  Call c("all_reduce", c10d::OpType::ALLREDUCE, *pool_);
   std::vector<at::Tensor> host;
   for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
   c10d::AllreduceOptions o = opts;
@@ -309,7 +384,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                     const c10d::AllreduceCoalescedOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED);
+  Call c("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, *pool_);
   std::vector<at::Tensor> host;
   for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
   c10d::AllreduceCoalescedOptions o = opts;
@@ -320,7 +395,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce_coalesced(std::vector<
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("reduce", c10d::OpType::REDUCE);
+  Call c("reduce", c10d::OpType::REDUCE, *pool_);
   std::vector<at::Tensor> host;
   for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
   c10d::ReduceOptions o = opts;
@@ -332,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vecto
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllgatherOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_gather", c10d::OpType::ALLGATHER);
+  Call c("all_gather", c10d::OpType::ALLGATHER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->allgather(out, in, opts); });
@@ -341,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                 const c10d::AllgatherOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE);
+  Call c("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, *pool_);
   at::Tensor in = c.in(input);
   at::Tensor out = c.out(output);
   return run(c, [&] { return host_->_allgather_base(out, in, opts); });
@@ -351,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(std::vector<
                                                                     std::vector<at::Tensor>& inputs,
                                                                     const c10d::AllgatherOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED);
+  Call c("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->allgather_coalesced(out, in, opts); });
@@ -360,7 +435,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(std::vector<
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED);
+  Call c("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->allgather_into_tensor_coalesced(out, in, opts); });
@@ -370,7 +445,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::gather(std::vector<std::vector<a
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::GatherOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("gather", c10d::OpType::GATHER);
+  Call c("gather", c10d::OpType::GATHER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->gather(out, in, opts); });
@@ -380,7 +455,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::scatter(std::vector<at::Tensor>&
                                                         std::vector<std::vector<at::Tensor>>& inputs,
                                                         const c10d::ScatterOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("scatter", c10d::OpType::SCATTER);
+  Call c("scatter", c10d::OpType::SCATTER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->scatter(out, in, opts); });
@@ -390,7 +465,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter(std::vector<at::T
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const c10d::ReduceScatterOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("reduce_scatter", c10d::OpType::REDUCE_SCATTER);
+  Call c("reduce_scatter", c10d::OpType::REDUCE_SCATTER, *pool_);
   std::vector<std::vector<at::Tensor>> in;
   for (auto& l : inputs) {
     std::vector<at::Tensor> row;
@@ -406,7 +481,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE);
+  Call c("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, *pool_);
   at::Tensor in = c.in(prescaled(opts.reduceOp, input));
   at::Tensor out = c.out(output);
   c10d::ReduceScatterOptions o = opts;
@@ -417,7 +492,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(at::Tensor&
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED);
+  Call c("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, *pool_);
   std::vector<at::Tensor> in;
   for (auto& t : inputs) in.push_back(c.in(prescaled(opts.reduceOp, t)));
   auto out = c.out(outputs);
@@ -431,7 +506,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
                                                               std::vector<int64_t>& input_splits,
                                                               const c10d::AllToAllOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_to_all_single", c10d::OpType::ALLTOALL_BASE);
+  Call c("all_to_all_single", c10d::OpType::ALLTOALL_BASE, *pool_);
   at::Tensor in = c.in(input);
   at::Tensor out = c.out(output);
   return run(c, [&] { return host_->alltoall_base(out, in, output_splits, input_splits, opts); });
@@ -441,7 +516,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
   at::NoGradGuard no_grad;
-  Call c("all_to_all", c10d::OpType::ALLTOALL);
+  Call c("all_to_all", c10d::OpType::ALLTOALL, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->alltoall(out, in, opts); });
@@ -449,27 +524,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   at::NoGradGuard no_grad;
-  Call c("send", c10d::OpType::SEND);
+  Call c("send", c10d::OpType::SEND, *pool_);
   auto host = c.in(tensors);
   return run(c, [&] { return host_->send(host, dst, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   at::NoGradGuard no_grad;
-  Call c("recv", c10d::OpType::RECV);
+  Call c("recv", c10d::OpType::RECV, *pool_);
   auto host = c.out(tensors);
   return run(c, [&] { return host_->recv(host, src, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   at::NoGradGuard no_grad;
-  Call c("recv", c10d::OpType::RECVANYSOURCE);
+  Call c("recv", c10d::OpType::RECVANYSOURCE, *pool_);
   auto host = c.out(tensors);
   return run(c, [&] { return host_->recvAnysource(host, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptions& opts) {
-  Call c("barrier", c10d::OpType::BARRIER);
+  Call c("barrier", c10d::OpType::BARRIER, *pool_);
   c10d::BarrierOptions o = opts;
   o.device.reset();  // the transport's barrier runs on the host
   return run(c, [&] { return host_->barrier(o); });

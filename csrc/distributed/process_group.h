@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ class ProcessGroupTPU final : public c10d::Backend {
   ProcessGroupTPU(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> host,
                   std::string group_name, std::vector<int64_t> global_ranks);
+  ~ProcessGroupTPU() override;
 
   const std::string getBackendName() const override { return "tpu"; }
   void setTimeout(std::chrono::milliseconds timeout) override;
@@ -95,6 +97,7 @@ class ProcessGroupTPU final : public c10d::Backend {
 
  private:
   struct Call;
+  class HostPool;
   // Runs one call: stages the tpu tensors to the host, issues `issue` on the
   // host copies, and writes the host results back into the tpu outputs when
   // the host work completes.
@@ -107,6 +110,7 @@ class ProcessGroupTPU final : public c10d::Backend {
   std::string group_name_;
   std::vector<int64_t> global_ranks_;
   std::atomic<uint64_t> seq_{0};
+  std::unique_ptr<HostPool> pool_;
 };
 
 }  // namespace tpu::dist

@@ -181,6 +181,26 @@ BufferPtr Client::from_host(const void* data, c::PJRT_Buffer_Type type,
   return buffer;
 }
 
+BufferPtr Client::adopt_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                             const Device& device, std::function<void()> release) const {
+  auto args = make_args<c::PJRT_Client_BufferFromHostBuffer_Args>();
+  args.client = client_;
+  args.data = data;
+  args.type = type;
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = c::PJRT_HostBufferSemantics_kImmutableZeroCopy;
+  args.device = device.raw();
+  TPU_PJRT_CALL(*api_, Client_BufferFromHostBuffer, args);
+  auto buffer = std::make_shared<Buffer>(api_, args.buffer);
+  if (args.done_with_host_buffer != nullptr) {
+    Event(api_.get(), args.done_with_host_buffer).on_ready(std::move(release));
+  } else {
+    release();
+  }
+  return buffer;
+}
+
 ExecutablePtr Client::compile(const std::string& mlir, const std::string& compile_options) const {
   static const char kFormat[] = "mlir";
   auto program = make_args<c::PJRT_Program>();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,12 @@ class Client {
   // memory may be reused as soon as this returns.
   BufferPtr from_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
                       const Device& device) const;
+  // The same, where the buffer may alias `data` instead of copying it (the
+  // CPU plugin does, when the memory is suitably aligned): `data` must stay
+  // unchanged and alive until `release` runs, which the plugin calls once it
+  // no longer needs the host memory (at once when it copied).
+  BufferPtr adopt_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                       const Device& device, std::function<void()> release) const;
 
   // Compile a StableHLO module (MLIR text or bytecode).
   ExecutablePtr compile(const std::string& mlir, const std::string& compile_options) const;
