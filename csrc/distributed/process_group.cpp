@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 
 #include <algorithm>
 #include <mutex>
@@ -554,4 +555,21 @@ void ProcessGroupTPU::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
   host_->monitoredBarrier(opts, wait_all_ranks);
 }
 
+// DDP's timer for tpu modules (DDP asks the registry for one per device
+// type): host clock times of the reducer's events. Device work is
+// asynchronous, so compute spans are those the host saw.
+class TpuTimer final : public c10d::Timer {
+ public:
+  explicit TpuTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    const int64_t a = getTimeRef(start), b = getTimeRef(end);
+    if (a == c10d::kUnsetTime || b == c10d::kUnsetTime || b < a) return std::nullopt;
+    return b - a;
+  }
+};
+
 }  // namespace tpu::dist
+
+namespace c10d {
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, tpu::dist::TpuTimer);
+}  // namespace c10d

@@ -219,6 +219,15 @@ def collectives(rank, world, init):
         t = torch.full((2,), float(rank + 1), device="tpu")
         dist.all_reduce(t, group=sub)
         assert t.cpu().tolist() == [float(world + 1)] * 2
+    # MPMD: the ranks run different programs between collectives.
+    if rank == 0:
+        a = _data(rank, (8, 8), torch.float32, 95).to("tpu")
+        v = (a @ a).sum().reshape(1)
+    else:
+        v = torch.arange(10.0, device="tpu").cumsum(0)[-1:].clone()
+    dist.broadcast(v, src=0)
+    a = _data(0, (8, 8), torch.float32, 95)
+    torch.testing.assert_close(v.cpu(), (a @ a).sum().reshape(1))
     # CPU tensors in the same group still go through gloo.
     c = torch.ones(2) * rank
     dist.all_reduce(c)

@@ -125,3 +125,29 @@ def test_to_dtype_and_device_in_one_call():
     x = make((3, 3), torch.float32)
     assert_same(x.to("tpu", torch.float16), x.half())
     assert torch.equal(x.to("tpu").to("cpu", torch.int32), x.int())
+
+
+def test_adopted_host_memory_is_held_while_the_device_buffer_lives():
+    # torch_tpu::_adopt_host (how the c10d backend returns results): the
+    # device tensor takes the host tensor's values, and holds the host memory
+    # only as long as its buffer aliases it.
+    uses = lambda t: torch._C._storage_Use_Count(t.untyped_storage()._cdata)  # noqa: E731
+    n = 1 << 14
+    host = torch.arange(n, dtype=torch.float32)
+    baseline = uses(host)
+    x = torch.empty(n, device="tpu")
+    torch.ops.torch_tpu._adopt_host(x, host)
+    assert torch.equal(x.cpu(), torch.arange(n, dtype=torch.float32))
+    x.add_(1)  # a new buffer: the host memory is free again
+    torch.tpu.synchronize()
+    assert uses(host) == baseline
+    host.fill_(-1)
+    assert torch.equal(x.cpu(), torch.arange(n, dtype=torch.float32) + 1)
+    # Views, other dtypes and zero-size tensors take the values by copy.
+    y = torch.zeros(4, 4, device="tpu")
+    torch.ops.torch_tpu._adopt_host(y.t(), torch.ones(4, 4))
+    assert torch.equal(y.cpu(), torch.ones(4, 4))
+    b = torch.empty(0, device="tpu", dtype=torch.bool)
+    torch.ops.torch_tpu._adopt_host(b, torch.empty(0, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="_adopt_host"):
+        torch.ops.torch_tpu._adopt_host(x, torch.ones(3))
