@@ -13,6 +13,8 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+
+#include "csrc/lowering/lowering.h"
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
@@ -122,13 +124,49 @@ std::tuple<at::Tensor, at::Tensor> sdpa_forward_meta(const at::Tensor& q, const 
   return {out, lse};
 }
 
+// Imported functions (torch_tpu.pallas): `ranks` splits the flat `dims`.
+std::vector<hlo::Type> types_of(const std::vector<int64_t>& ranks, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& dtypes) {
+  TORCH_CHECK(ranks.size() == dtypes.size(), "_jax_register: ranks and dtypes differ in length");
+  std::vector<hlo::Type> types;
+  size_t at = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    TORCH_CHECK(at + ranks[i] <= dims.size(), "_jax_register: too few dims");
+    types.push_back({lowering::to_hlo(static_cast<at::ScalarType>(dtypes[i])),
+                     hlo::Dims(dims.begin() + at, dims.begin() + at + ranks[i])});
+    at += ranks[i];
+  }
+  return types;
+}
+
+int64_t jax_register(std::string name, std::string functions, std::string entry, std::vector<int64_t> in_ranks,
+                     std::vector<int64_t> in_dims, std::vector<int64_t> in_dtypes, std::vector<int64_t> out_ranks,
+                     std::vector<int64_t> out_dims, std::vector<int64_t> out_dtypes) {
+  return lowering::register_imported({std::move(name), std::move(functions), std::move(entry),
+                                      types_of(in_ranks, in_dims, in_dtypes), types_of(out_ranks, out_dims, out_dtypes)});
+}
+
+std::vector<at::Tensor> jax_call_meta(at::TensorList args, int64_t kernel) {
+  const lowering::ImportedKernel& k = lowering::imported_kernel(kernel);
+  std::vector<at::Tensor> outs;
+  for (const hlo::Type& t : k.out_types) {
+    outs.push_back(at::empty(t.dims, at::TensorOptions().device(at::kMeta).dtype(lowering::to_aten(t.dtype))));
+  }
+  return outs;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) {
   m.impl("_sdpa_forward", TORCH_FN(sdpa_forward_meta));
+  m.impl("_jax_call", TORCH_FN(jax_call_meta));
 }
 
 TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
+  m.def("_jax_register(str name, str functions, str entry, int[] in_ranks, int[] in_dims, int[] in_dtypes, "
+        "int[] out_ranks, int[] out_dims, int[] out_dtypes) -> int",
+        &jax_register);
+  m.def("_jax_call(Tensor[] args, int kernel) -> Tensor[]");
   m.def("_sdpa_forward(Tensor query, Tensor key, Tensor value, Tensor? attn_bias, bool is_causal, float? scale) "
         "-> (Tensor, Tensor)");
 }

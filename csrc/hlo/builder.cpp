@@ -185,6 +185,37 @@ std::string Builder::region(const std::vector<Type>& arg_types, const RegionBody
   return text;
 }
 
+std::vector<Value> Builder::call_imported(const std::string& functions, const std::string& entry,
+                                          const std::vector<Value>& operands, const std::vector<Type>& results) {
+  const std::string placeholder = "@__IMPORT__";
+  check(functions.find(placeholder + entry + "(") != std::string::npos, "call_imported",
+        "the imported functions do not define " + placeholder + entry);
+  const size_t k = imports_.size();
+  imports_.push_back(functions);
+  // Import k's symbols are spelled @__IMPORT<k>__name in this program's text.
+  return emit("func.call", operands, results, "callee = @__IMPORT" + std::to_string(k) + "__" + entry);
+}
+
+namespace {
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+}
+}  // namespace
+
+std::string Builder::with_imports(std::string text, const std::string& prefix, std::string& functions) const {
+  for (size_t k = 0; k < imports_.size(); ++k) {
+    const std::string mine = "@" + prefix + "i" + std::to_string(k) + "_";
+    replace_all(text, "@__IMPORT" + std::to_string(k) + "__", mine);
+    std::string f = imports_[k];
+    replace_all(f, "@__IMPORT__", mine);
+    functions += f;
+    if (!f.empty() && f.back() != '\n') functions += '\n';
+  }
+  return text;
+}
+
 std::string Builder::module(const std::vector<Value>& results,
                             const std::vector<std::pair<int, int>>& donations) const {
   Module m;
@@ -193,7 +224,10 @@ std::string Builder::module(const std::vector<Value>& results,
   std::vector<Type> types;
   std::vector<std::string> returned;
   signature_of(results, types, returned);
-  m.set_main(params, types, frames_[0].text, std::move(returned));
+  std::string imported;
+  std::string body = with_imports(frames_[0].text, "", imported);
+  if (!imported.empty()) m.add_function("imported", [imported] { return imported; });
+  m.set_main(params, types, std::move(body), std::move(returned));
   return m.text();
 }
 
@@ -203,8 +237,11 @@ std::string Builder::function(const std::string& name, const std::vector<Value>&
   std::vector<Type> types;
   std::vector<std::string> returned;
   signature_of(results, types, returned);
-  write_function(out, "func.func private @" + name, parameters(), types, frames_[0].text, returned);
-  return out;
+  std::string imported;
+  std::string body = imports_.empty() ? std::string() : with_imports(frames_[0].text, name + "_", imported);
+  write_function(out, "func.func private @" + name, parameters(), types, imports_.empty() ? frames_[0].text : body,
+                 returned);
+  return out + imported;
 }
 
 std::vector<Parameter> Builder::parameters() const {

@@ -54,6 +54,15 @@ class Builder {
   // a module that calls it: fused eager composes recorded ops this way.
   std::string function(const std::string& name, const std::vector<Value>& results) const;
 
+  // ---- imported functions ---------------------------------------------------
+  // Calls `entry` of `functions`, the text of one or more `func.func`
+  // definitions made elsewhere (a JAX function exported to StableHLO), in
+  // which every function symbol is spelled `@__IMPORT__name`. The program
+  // carries the text and gives its symbols a prefix of its own, so several
+  // programs importing the same functions can share one module.
+  std::vector<Value> call_imported(const std::string& functions, const std::string& entry,
+                                   const std::vector<Value>& operands, const std::vector<Type>& results);
+
   // ---- generic emission ---------------------------------------------------
   // Appends `op` with the given operands, result types, attribute dictionary
   // body (without braces) and regions (from `region`).
@@ -196,6 +205,10 @@ class Builder {
   std::vector<Parameter> parameters() const;
   void signature_of(const std::vector<Value>& results, std::vector<Type>& types, std::vector<std::string>& names) const;
   std::vector<Frame> frames_;
+  std::vector<std::string> imports_;  // texts of call_imported's functions, by index
+  // `text` with the placeholders of imported symbols given `prefix`, and the
+  // imported functions (so prefixed) appended to `functions`.
+  std::string with_imports(std::string text, const std::string& prefix, std::string& functions) const;
   int indent_ = 2;
 };
 

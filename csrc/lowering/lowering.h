@@ -136,6 +136,18 @@ class Args {
   bool has(size_t i) const { return i < size() && !is_none(i); }
 };
 
+// A function made elsewhere (a JAX function exported to StableHLO), called
+// by torch_tpu::_jax_call: `functions` holds its func.func definitions with
+// every symbol spelled @__IMPORT__name (see Builder::call_imported).
+struct ImportedKernel {
+  std::string name;  // for messages: the Python function's name
+  std::string functions;
+  std::string entry;
+  std::vector<Type> in_types, out_types;
+};
+int64_t register_imported(ImportedKernel kernel);
+const ImportedKernel& imported_kernel(int64_t id);
+
 // Raised by a lowering for a case it does not handle (a dtype, an argument
 // combination): the op can still run through the CPU fallback. Other
 // c10::NotImplementedErrors are PyTorch's own ("not implemented for 'Bool'").
