@@ -13,6 +13,12 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/_nested_tensor_size_native.h>
+#include <ATen/ops/_nested_tensor_storage_offsets_native.h>
+#include <ATen/ops/_nested_tensor_strides_native.h>
+#include <ATen/ops/_nested_view_from_buffer_native.h>
+#include <ATen/ops/to_padded_tensor_native.h>
+#include <ATen/ops/unbind_native.h>
 
 #include "csrc/lowering/lowering.h"
 #include <ATen/ops/view_as_complex_native.h>
@@ -156,6 +162,21 @@ std::vector<at::Tensor> jax_call_meta(at::TensorList args, int64_t kernel) {
 }
 
 }  // namespace
+
+// Nested (strided) tensors of tpu buffers, as far as nn.TransformerEncoder's
+// inference fast path takes them: PyTorch's device-generic kernels for
+// making, reading and padding them (the layer itself is in _fastpath.py).
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("unbind.int", TORCH_FN(at::native::NestedTensor_unbind));
+  m.impl("to_padded_tensor", TORCH_FN(at::native::NestedTensor_to_padded_tensor_generic));
+  m.impl("_nested_tensor_size", TORCH_FN(at::native::_nested_tensor_size));
+  m.impl("_nested_tensor_strides", TORCH_FN(at::native::_nested_tensor_strides));
+  m.impl("_nested_tensor_storage_offsets", TORCH_FN(at::native::_nested_tensor_storage_offsets));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_nested_view_from_buffer", TORCH_FN(at::native::_nested_view_from_buffer));
+}
 
 TORCH_LIBRARY_IMPL(torch_tpu, Meta, m) {
   m.impl("_sdpa_forward", TORCH_FN(sdpa_forward_meta));
