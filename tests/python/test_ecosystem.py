@@ -136,3 +136,51 @@ def test_accelerate_picks_tpu_whichever_is_imported_first():
                        "print(Accelerator().device.type)", timeout=300)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split()[-1] == "tpu", r.stdout
+
+
+def _tiny_qwen2():
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64))
+
+
+def test_peft_lora_trains_with_cpu_losses():
+    peft = pytest.importorskip("peft")
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    torch.manual_seed(0)
+    model = peft.get_peft_model(_tiny_qwen2(), cfg)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 64, (2, 12), generator=g) for _ in range(2)]
+    cpu, cpu_model = _train(model, "cpu", batches, steps=4)
+    tpu, tpu_model = _train(model, "tpu", batches, steps=4)
+    torch.testing.assert_close(tpu, cpu, rtol=1e-4, atol=1e-5)
+    assert tpu[-1] < tpu[0]
+    # Only the adapters moved; merging them gives CPU's merged weights.
+    cpu_merged = cpu_model.merge_and_unload().state_dict()
+    tpu_merged = tpu_model.merge_and_unload().state_dict()
+    for k, v in cpu_merged.items():
+        torch.testing.assert_close(tpu_merged[k].cpu(), v, rtol=1e-4, atol=1e-5, msg=k)
+
+
+def _word_tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    words = ["<unk>", "<pad>", "<eos>"] + [f"w{i}" for i in range(61)]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                                eos_token="<eos>")
+
+
+def test_pipeline_on_tpu_generates_cpu_tokens():
+    tok = _word_tokenizer()
+    model = _tiny_qwen2().eval()
+    prompt = "w1 w2 w3 w4"
+    kw = dict(max_new_tokens=6, do_sample=False, return_full_text=False)
+    cpu = transformers.pipeline("text-generation", model=copy.deepcopy(model), tokenizer=tok, device="cpu")(prompt, **kw)
+    pipe = transformers.pipeline("text-generation", model=model, tokenizer=tok, device="tpu")
+    assert pipe.device.type == "tpu" and next(pipe.model.parameters()).device.type == "tpu"
+    assert pipe(prompt, **kw) == cpu
