@@ -73,8 +73,9 @@ from . import _kernels  # noqa: E402
 _kernels.register()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _fastpath, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _fastpath, compiler, distributed  # noqa: E402
 
+_ctc.register()
 _fastpath.register()
 compiler.register()
 _accelerate.install()

@@ -180,3 +180,48 @@ def test_losses_of_mixed_dtypes(loss, dtypes, reduction):
     x = torch.randn(4, 3).to(dtypes[0])
     y = torch.randn(4, 3).to(dtypes[1])
     check(lambda a, b: fn(a, b, reduction=reduction), x, y, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("concat", [False, True])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss(concat, reduction, zero_infinity):
+    g = torch.Generator().manual_seed(0)
+    T, N, C, S = 10, 4, 5, 4
+    lp = torch.randn(T, N, C, generator=g).log_softmax(2)
+    tl = torch.tensor([4, 2, 0, 6 if zero_infinity else 3])  # 6 labels in <= 10 frames with repeats: maybe impossible
+    il = torch.tensor([10, 8, 5, 3])
+    tg = torch.randint(1, C, (N, 6), generator=g)
+    if concat:
+        tg = torch.cat([tg[i, : tl[i]] for i in range(N)])
+    a, b = lp.clone().requires_grad_(), lp.to("tpu").requires_grad_()
+    kw = dict(reduction=reduction, zero_infinity=zero_infinity)
+    la = F.ctc_loss(a, tg, il, tl, **kw)
+    lb = F.ctc_loss(b, tg.to("tpu"), il.to("tpu"), tl.to("tpu"), **kw)
+    assert lb.dtype == la.dtype and lb.shape == la.shape
+    torch.testing.assert_close(lb.cpu(), la.detach(), rtol=1e-5, atol=1e-5, equal_nan=True)
+    go = torch.rand(la.shape, generator=g)
+    la.backward(go)
+    lb.backward(go.to("tpu"))
+    torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+def test_ctc_loss_unbatched_and_int_lengths():
+    g = torch.Generator().manual_seed(1)
+    lp = torch.randn(8, 5, generator=g).log_softmax(1)
+    tg = torch.tensor([1, 2, 2])
+    a, b = lp.clone().requires_grad_(), lp.to("tpu").requires_grad_()
+    la = F.ctc_loss(a, tg, (8,), (3,))
+    lb = F.ctc_loss(b, tg.to("tpu"), (8,), (3,))
+    torch.testing.assert_close(lb.cpu(), la.detach(), rtol=1e-5, atol=1e-5)
+    la.backward()
+    lb.backward()
+    torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
+    # Through log_softmax, as models use it (nn.CTCLoss).
+    x = torch.randn(6, 2, 4, generator=g)
+    xa, xb = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    tgt, il, tl = torch.tensor([[1, 2], [3, 3]]), torch.tensor([6, 6]), torch.tensor([2, 2])
+    nn_loss = torch.nn.CTCLoss()
+    nn_loss(xa.log_softmax(2), tgt, il, tl).backward()
+    nn_loss(xb.log_softmax(2), tgt.to("tpu"), il.to("tpu"), tl.to("tpu")).backward()
+    torch.testing.assert_close(xb.grad.cpu(), xa.grad, rtol=1e-4, atol=1e-5)
