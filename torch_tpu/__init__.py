@@ -73,9 +73,10 @@ from . import _kernels  # noqa: E402
 _kernels.register()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _ctc, _fastpath, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _factories, _fastpath, compiler, distributed  # noqa: E402
 
 _ctc.register()
+_factories.register()
 _fastpath.register()
 compiler.register()
 _accelerate.install()

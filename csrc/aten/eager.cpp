@@ -193,7 +193,7 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
 
 void raise_check_failure(const exec::CheckFailure& e) {
   if (e.is_index_error()) TORCH_CHECK_INDEX(false, e.what());
-  TORCH_CHECK(false, e.what());
+  TORCH_CHECK(false, e.message());
 }
 
 const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) const {

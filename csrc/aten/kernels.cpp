@@ -451,9 +451,14 @@ void add_targets(std::vector<Target>& out, const std::vector<c10::IValue>& args,
   }
 }
 
-void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosition pos) {
+void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosition pos,
+                const std::string& functional) {
   hlo::Builder& b = p.builder();
   const at::ScalarType rt = to_aten(b.dtype(v));
+  if (functional == "aten::cat") {  // CPU's cat raises a TypeError for it
+    TORCH_CHECK_TYPE(c10::canCast(rt, dst.scalar_type()), "torch.cat(): input types can't be cast to the desired "
+                     "output type ", dst.scalar_type());
+  }
   TORCH_CHECK(c10::canCast(rt, dst.scalar_type()), "result type ", rt,
               " can't be cast to the desired output type ", dst.scalar_type());
   if (dst.sizes().vec() != b.dims(v)) {
@@ -638,7 +643,7 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
                   " returned ", results.size(), " results for ", dsts.size(), " outputs");
       for (size_t k = 0; k < dsts.size(); ++k) {
-        write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos);
+        write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos, e.functional);
       }
     }
   }

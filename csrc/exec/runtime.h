@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+
+#include "csrc/exec/check_failure.h"
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -103,14 +105,5 @@ class Runtime {
 };
 
 pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t);
-
-// A device-side check failed (e.g. an index out of range). Raised to
-// Python as IndexError, except a message that starts with
-// "ZeroDivisionError" (integer division by zero), a RuntimeError as on CPU.
-class CheckFailure : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-  bool is_index_error() const { return std::string_view(what()).rfind("ZeroDivisionError", 0) != 0; }
-};
 
 }  // namespace tpu::exec

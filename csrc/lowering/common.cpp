@@ -81,17 +81,24 @@ int64_t count_over(const Dims& sizes, const Dims& dims) {
 
 Value splat(Builder& b, Value x, const Dims& dims) { return b.broadcast_to(x, dims); }
 
+void check_all(Context& c, Value ok, const std::string& message) {
+  Builder& b = c.b;
+  if (b.type(ok).numel() == 0) return;
+  Dims all;
+  for (int64_t k = 0; k < b.rank(ok); ++k) all.push_back(k);
+  if (!all.empty()) ok = b.reduce(ok, b.constant_bool(true), all, "stablehlo.and");
+  c.args.check(ok, message + " (" + std::string(c.op) + ")");
+}
+
 void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message) {
   Builder& b = c.b;
   if (b.type(idx).numel() == 0) return;
   Value i = b.convert(idx, DType::I64);
   const Dims& d = b.dims(i);
-  Value ok = b.and_(b.compare(hlo::Cmp::GE, i, b.full_int(allow_negative ? -size : 0, DType::I64, d)),
-                    b.compare(hlo::Cmp::LT, i, b.full_int(size, DType::I64, d)));
-  Dims all;
-  for (int64_t k = 0; k < b.rank(ok); ++k) all.push_back(k);
-  if (!all.empty()) ok = b.reduce(ok, b.constant_bool(true), all, "stablehlo.and");
-  c.args.check(ok, message + " (" + std::string(c.op) + ")");
+  check_all(c,
+            b.and_(b.compare(hlo::Cmp::GE, i, b.full_int(allow_negative ? -size : 0, DType::I64, d)),
+                   b.compare(hlo::Cmp::LT, i, b.full_int(size, DType::I64, d))),
+            message);
 }
 
 void unsupported(Context& c, const std::string& what) {

@@ -63,6 +63,9 @@ Value add_along(Builder& b, Value g, int64_t d, const std::vector<int64_t>& idx,
 
 // Checks on the device that every integer in `idx` lies in [-size, size)
 // (or [0, size) without `allow_negative`); IndexError(message) otherwise.
+// A device-side check that `ok` holds everywhere (see Args::check); the
+// message gets the op's name.
+void check_all(Context& c, Value ok, const std::string& message);
 void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message);
 
 }  // namespace tpu::lowering

@@ -131,6 +131,15 @@ std::vector<Value> lower_convolution(Context& c) {
               ", but got ", in.dim(), "-dimensional input of size ", dims_string(in.sizes), " instead");
   const int64_t nsp = in.dim() - 2;
   ConvParams p = conv_params(c, 3, nsp);
+  TORCH_CHECK(in.dtype == w.dtype, "expected scalar type ", in.dtype, " but found ", w.dtype);
+  if (c.args.has(2)) {
+    TORCH_CHECK(c.args.info(2).dtype == in.dtype, "Input type (", in.dtype, ") and bias type (",
+                c.args.info(2).dtype, ") should be the same");
+  }
+  const int64_t channels = p.transposed ? w.sizes[0] : w.sizes[1] * p.groups;
+  TORCH_CHECK(in.sizes[1] == channels, "Given ", p.transposed ? "transposed=1" : "groups=" + std::to_string(p.groups),
+              ", weight of size ", dims_string(w.sizes), ", expected input", dims_string(in.sizes), " to have ",
+              channels, " channels, but got ", in.sizes[1], " channels instead");
   Builder& b = c.b;
   const DType ct = compute_type(in.dtype);
   Value x = b.convert(c.args.tensor(0), ct);

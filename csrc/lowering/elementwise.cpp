@@ -147,11 +147,7 @@ Value floor_div_int(Builder& b, Value a, Value d) {
 void check_nonzero_divisor(Context& c, Value d) {
   Builder& b = c.b;
   if (b.type(d).numel() == 0) return;
-  Value ok = b.compare(Cmp::NE, d, b.zeros(b.type(d)));
-  Dims all;
-  for (int64_t k = 0; k < b.rank(ok); ++k) all.push_back(k);
-  if (!all.empty()) ok = b.reduce(ok, b.constant_bool(true), all, "stablehlo.and");
-  c.args.check(ok, "ZeroDivisionError (" + std::string(c.op) + ": an integer divided by zero)");
+  check_all(c, b.compare(Cmp::NE, d, b.zeros(b.type(d))), "ZeroDivisionError (an integer divided by zero)");
 }
 
 std::vector<Value> divide(Context& c, const std::string& mode) {
@@ -205,6 +201,10 @@ std::vector<Value> lower_fmod(Context& c) {
 }
 
 std::vector<Value> lower_pow(Context& c) {
+  if (c.op == "aten::pow.Tensor_Scalar" && is_integral(c.args.info(0).dtype) &&
+      c.args.scalar_kind(1) == at::kLong) {
+    TORCH_CHECK(c.args.scalar(1).toLong() >= 0, "Integers to negative integer powers are not allowed.");
+  }
   Promoted p = promote2(c, 0, 1, true);
   Builder& b = c.b;
   if (p.compute == at::kBool) return one(b.or_(p.a, b.not_(p.b)));  // x^0 = 1, x^1 = x
@@ -221,6 +221,9 @@ Value lerp_value(Builder& b, Value self, Value end, Value w) {
 // lerp(self, end, weight): weight is a Scalar or a tensor.
 std::vector<Value> lower_lerp(Context& c) {
   const at::ScalarType t = c.args.info(0).dtype;
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(t) || c10::isComplexType(t), "\"",
+                              c.op == "aten::lerp.Tensor" ? "lerp_kernel_tensor" : "lerp_kernel_scalar",
+                              "\" not implemented for '", c10::toString(t), "'");
   const at::ScalarType compute = opmath_type(t);
   Dims shape = broadcast_shapes(arg_shape(c, 0), arg_shape(c, 1));
   shape = broadcast_shapes(shape, arg_shape(c, 2));

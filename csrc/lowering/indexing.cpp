@@ -223,6 +223,8 @@ std::vector<Value> lower_index(Context& c) {
 std::vector<Value> lower_index_put(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
+  // Values of another dtype are cast: `x[idx] = v` reaches this op with v's
+  // own dtype (CPU refuses that only when index_put_ is called directly).
   AdvancedIndex ai = advanced_index(c, 0, 1);
   const bool accumulate = c.args.bool_(3);
   Value x = c.args.tensor(0);
@@ -260,7 +262,8 @@ std::vector<Value> lower_gather(Context& c) {
   TORCH_CHECK(b.rank(idx) == rank, "Index tensor must have the same number of dimensions as input tensor");
   if (Type{DType::I64, b.dims(idx)}.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
   check_index_range(c, idx, b.dims(x)[dim], false,
-                    "gather(): index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                    std::string(exec::kRuntimeErrorCheck) + "gather(): index out of bounds for dimension " +
+                        std::to_string(dim) + " with size " +
                         std::to_string(b.dims(x)[dim]));
   Value r = gather_points(b, x, full_coordinates(b, idx, dim, rank));
   return one(b.reshape(r, index.sizes));
@@ -291,7 +294,8 @@ DimScatter dim_scatter(Context& c) {
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
   check_index_range(c, idx, b.dims(s.x)[dim], false,
-                    "scatter(): index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                    std::string(exec::kRuntimeErrorCheck) + "scatter(): index out of bounds for dimension " +
+                        std::to_string(dim) + " with size " +
                         std::to_string(b.dims(s.x)[dim]));
   s.ishape = b.dims(idx);
   s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
@@ -386,6 +390,8 @@ Value index_vector(Context& c, size_t i, int64_t size) {
 std::vector<Value> lower_index_select(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
+  const at::ScalarType it = c.args.info(2).dtype;
+  TORCH_CHECK(it == at::kLong || it == at::kInt, "index_select(): Expected dtype int32 or int64 for index");
   const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
   Value x = c.args.tensor(0);
   if (self.dim() == 0) {
@@ -434,6 +440,16 @@ IndexAlongDim index_along_dim(Context& c) {
 std::vector<Value> index_scatter(Context& c, bool add) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
+  const std::string name = add ? "index_add_()" : "index_copy_()";
+  const at::ScalarType it = c.args.info(2).dtype;
+  if (add) {
+    TORCH_CHECK(it == at::kLong || it == at::kInt, name, ": Expected dtype int32/int64 for index but got: ",
+                c10::toString(it));
+  } else {
+    TORCH_CHECK(it == at::kLong, name, ": Expected a long tensor for index, but got ", c10::toString(it));
+  }
+  TORCH_CHECK(self.dtype == c.args.info(3).dtype, name, ": self (", c10::toString(self.dtype), ") and source (",
+              c10::toString(c.args.info(3).dtype), ") must have the same scalar type");
   IndexAlongDim s = index_along_dim(c);
   Value src = b.reshape(cast(b, c.args.tensor(3), self.dtype), s.space);
   if (add && c.args.has(4) && !c.args.scalar(4).equal(1)) {
@@ -545,6 +561,7 @@ Value true_positions(Context& c, Value flat_mask, int64_t* count) {
 }
 
 std::vector<Value> lower_masked_select(Context& c) {
+  TORCH_CHECK(c.args.info(1).dtype == at::kBool, "masked_select: expected BoolTensor for mask");
   c.args.output_depends_on_data();
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);

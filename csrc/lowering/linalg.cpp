@@ -11,6 +11,13 @@ namespace {
 // bfloat16 accumulate in float.
 Value contract(Context& c, Value lhs, Value rhs, const Dims& batch, int64_t lc, int64_t rc,
                at::ScalarType t) {
+  // CPU's kernels have no bool product (each names its kernel).
+  TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool, "\"",
+                              c.op == "aten::bmm" || c.op == "aten::baddbmm" ? "bmm"
+                              : c.op == "aten::dot"                         ? "dot"
+                              : c.op == "aten::mv" || c.op == "aten::addmv" ? "addmv_impl_cpu"
+                                                                            : "addmm_impl_cpu_",
+                              "\" not implemented for 'Bool'");
   const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
   const bool highest = c.precision == MatmulPrecision::Highest || t == at::kDouble;
   Value r = c.b.dot_general(lhs, rhs, batch, batch, {lc}, {rc}, to_hlo(acc), highest);

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "csrc/exec/check_failure.h"
 #include "csrc/hlo/builder.h"
 
 namespace tpu::lowering {
@@ -117,7 +118,9 @@ class Args {
 
   // A check on the device: `ok` (rank-0 pred) must hold, else the op raises
   // IndexError(message) when the host next waits for the device (at once in
-  // debug mode), like CUDA's device-side assertions.
+  // debug mode), like CUDA's device-side assertions; a message that starts
+  // with exec::kRuntimeErrorCheck raises RuntimeError (what CPU raises for
+  // gather's indices or invalid probabilities).
   virtual void check(Value ok, const std::string& message) = 0;
 
   // For out= variants of factories (arange.start_out): the dtype of `out`.

@@ -906,6 +906,8 @@ NllTargets nll_targets(Context& c, size_t target_arg, size_t weight_arg, int64_t
 // Also nll_loss2d_forward with self [N, C, H, W].
 std::vector<Value> lower_nll_loss(Context& c) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(!is_integral(in.dtype), "\"nll_loss_out_frame\" not implemented for '",
+                              c10::toString(in.dtype), "'");
   const int64_t reduction = c.args.int_(3);
   Builder& b = c.b;
   const at::ScalarType t = in.dtype;
@@ -967,6 +969,8 @@ std::vector<Value> lower_bce(Context& c) {
   const DType ct = to_hlo(opmath_type(t));
   const Dims& shape = c.args.info(0).sizes;
   Value x = b.convert(c.args.tensor(0), ct), y = b.broadcast_to(b.convert(c.args.tensor(1), ct), shape);
+  check_all(c, b.and_(b.compare(Cmp::GE, x, b.zeros(b.type(x))), b.compare(Cmp::LE, x, b.full(1, ct, shape))),
+            std::string(exec::kRuntimeErrorCheck) + "all elements of input should be between 0 and 1");
   Value l = bce(b, x, y);
   if (c.args.has(2)) l = b.mul(l, b.broadcast_to(b.convert(c.args.tensor(2), ct), shape));
   return one(cast(b, reduce_loss(b, l, c.args.int_(3)), t));

@@ -155,6 +155,11 @@ std::vector<Value> lower_bernoulli(Context& c, int mode) {
   } else {
     p = b.broadcast_to(b.convert(c.args.tensor(1), ct), self.sizes);
   }
+  if (mode != 1) {
+    // Probabilities outside [0, 1] (NaN included) raise, as on CPU.
+    check_all(c, b.and_(b.compare(Cmp::GE, p, b.zeros(b.type(p))), b.compare(Cmp::LE, p, b.full(1, b.dtype(p), b.dims(p)))),
+              std::string(exec::kRuntimeErrorCheck) + "Expected p_in >= 0 && p_in <= 1 to be true, but got false.");
+  }
   Value u = uniform01(c, gen, self.sizes, ct == DType::F64 ? DType::F64 : DType::F32);
   return one(b.convert(b.compare(Cmp::LT, b.convert(u, ct), p), to_hlo(self.dtype)));
 }
@@ -260,6 +265,13 @@ std::vector<Value> lower_multinomial(Context& c) {
   const int64_t rows = in.dim() == 2 ? in.sizes[0] : 1;
   const DType ct = opmath(to_hlo(in.dtype));
   Value p = b.reshape(b.convert(c.args.tensor(0), ct), {rows, n});
+  // CPU's checks of the distribution, on the device.
+  const std::string rt(exec::kRuntimeErrorCheck);
+  check_all(c, b.and_(b.is_finite(p), b.compare(Cmp::GE, p, b.zeros(b.type(p)))),
+            rt + "probability tensor contains either `inf`, `nan` or element < 0");
+  Value row_sum = b.reduce(p, b.constant(0, ct), {1}, "stablehlo.add");
+  check_all(c, b.compare(Cmp::GT, row_sum, b.zeros(b.type(row_sum))),
+            rt + "invalid multinomial distribution (sum of probabilities <= 0)");
   Value out;
   if (replacement) {
     // Inverse CDF: the first category whose cumulative weight exceeds u * total.

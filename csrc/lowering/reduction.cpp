@@ -136,6 +136,7 @@ std::vector<Value> lower_max_dim(Context& c, bool is_max) {
 
 std::vector<Value> lower_argmax(Context& c, bool is_max) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK(in.dtype != at::kBool, is_max ? "argmax" : "argmin", "(): does not support bool input");
   const bool keepdim = c.args.has(2) && c.args.bool_(2);
   Builder& b = c.b;
   Value x = c.args.tensor(0);
@@ -310,6 +311,8 @@ std::vector<Value> lower_cum_extreme(Context& c, bool is_max) {
 // softmax family: computed in opmath, max-subtracted.
 std::vector<Value> lower_softmax(Context& c, bool log) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(!is_integral(in.dtype), "\"", log ? "log_softmax" : "softmax",
+                              "_lastdim_kernel_impl\" not implemented for '", c10::toString(in.dtype), "'");
   const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
   const bool half_to_float = c.args.bool_(2);
   const at::ScalarType out = half_to_float ? at::kFloat : in.dtype;
@@ -466,8 +469,8 @@ std::vector<Value> lower_embedding_renorm(Context& c) {
 // computed in float64, which gives CUDA's integer arithmetic exactly.
 std::vector<Value> lower_histc(Context& c) {
   const TensorInfo& in = c.args.info(0);
-  TORCH_CHECK(c10::isFloatingType(in.dtype) || (c10::isIntegralType(in.dtype, false)),
-              "\"histc\" not implemented for '", c10::toString(in.dtype), "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(in.dtype) || (c10::isIntegralType(in.dtype, false)),
+                              "\"histc\" not implemented for '", c10::toString(in.dtype), "'");
   const int64_t bins = c.args.int_(1);
   TORCH_CHECK(bins > 0, "torch.histogramdd(): bins must be > 0, but got ", bins, " for dimension 0");
   double lo = c.args.scalar(2).toDouble(), hi = c.args.scalar(3).toDouble();

@@ -78,12 +78,12 @@ std::vector<Value> lower_kthvalue(Context& c) {
   Builder& b = c.b;
   Value x = c.args.tensor(0);
   if (in.dim() == 0) {
-    TORCH_CHECK_INDEX(kk == 1, "kthvalue(): selected number k out of range for dimension 0");
+    TORCH_CHECK(kk == 1, "kthvalue(): selected number k out of range for dimension 0");
     return {x, b.constant_int(0, DType::I64)};
   }
   const int64_t dim = wrap_dim(c.args.int_(2), in.dim());
   const bool keepdim = c.args.bool_(3);
-  TORCH_CHECK_INDEX(kk >= 1 && kk <= in.sizes[dim], "kthvalue(): selected number k out of range for dimension ", dim);
+  TORCH_CHECK(kk >= 1 && kk <= in.sizes[dim], "kthvalue(): selected number k out of range for dimension ", dim);
   auto [v, i] = sort_with_indices(b, x, dim, false);
   Value vk = b.reshape(b.slice_dim(v, dim, kk - 1, kk), kept_shape(in.sizes, {dim}, false));
   Value ik = b.reshape(b.slice_dim(i, dim, kk - 1, kk), kept_shape(in.sizes, {dim}, false));

@@ -151,3 +151,12 @@ def test_adopted_host_memory_is_held_while_the_device_buffer_lives():
     torch.ops.torch_tpu._adopt_host(b, torch.empty(0, dtype=torch.bool))
     with pytest.raises(RuntimeError, match="_adopt_host"):
         torch.ops.torch_tpu._adopt_host(x, torch.ones(3))
+
+
+@pytest.mark.parametrize("rows,cols,offset", [(3, 3, 0), (3, 4, 1), (4, 2, -1), (0, 3, 0), (3, 3, -5), (2, 5, 9)])
+def test_tril_and_triu_indices(rows, cols, offset):
+    for f in (torch.tril_indices, torch.triu_indices):
+        got = f(rows, cols, offset, device="tpu")
+        assert got.device.type == "tpu"
+        assert torch.equal(got.cpu(), f(rows, cols, offset))
+    assert torch.tril_indices(3, 3, dtype=torch.int32, device="tpu").dtype == torch.int32
