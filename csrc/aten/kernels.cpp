@@ -342,14 +342,13 @@ bool meta_is_broken(const Entry& e) {
 // when those strides are a dense permutation of the contiguous ones (size-1
 // dims may have any stride); nullopt otherwise.
 std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  // Dims of size 1 do not order anything: the others by decreasing stride,
+  // then the size-1 ones.
   const int64_t r = static_cast<int64_t>(sizes.size());
-  std::vector<int64_t> perm(r);
-  for (int64_t d = 0; d < r; ++d) perm[d] = d;
-  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-    const bool a1 = sizes[a] == 1, b1 = sizes[b] == 1;
-    if (a1 || b1) return false;  // size-1 dims keep their place
-    return strides[a] > strides[b];
-  });
+  std::vector<int64_t> perm, ones;
+  for (int64_t d = 0; d < r; ++d) (sizes[d] == 1 ? ones : perm).push_back(d);
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  perm.insert(perm.end(), ones.begin(), ones.end());
   int64_t running = 1;
   for (int64_t k = r - 1; k >= 0; --k) {
     if (sizes[perm[k]] != 1 && strides[perm[k]] != running) return std::nullopt;
@@ -467,9 +466,26 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosi
     at::native::resize_output(dst, b.dims(v));
     p.resized(pos, b.dims(v));
   }
-  TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
-              "unsupported operation: more than one element of the written-to tensor refers to a "
-              "single memory location. Please clone() the tensor before performing the operation.");
+  // A write where several elements share memory (an expanded tensor) is
+  // refused, as TensorIterator refuses it, except a fill with one number
+  // (fill_ of a Scalar, zero_), which CPU allows: every alias gets the same
+  // value, so writing one element of each expanded dimension is the write.
+  if (at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
+    TORCH_CHECK(functional == "aten::fill.Scalar" || functional == "aten::zero",
+                "unsupported operation: more than one element of the written-to tensor refers to a "
+                "single memory location. Please clone() the tensor before performing the operation.");
+    at::Tensor once = dst;
+    Value vonce = v;
+    for (int64_t d = 0; d < dst.dim(); ++d) {
+      if (dst.stride(d) == 0 && dst.size(d) > 1) {
+        once = once.narrow(d, 0, 1);
+        vonce = b.slice_dim(vonce, d, 0, 1);
+      }
+    }
+    p.not_replayable();  // the view written is not the argument's own
+    p.assign(once, b.convert(vonce, to_hlo(dst.scalar_type())), pos);
+    return;
+  }
   p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())), pos);
 }
 
@@ -630,7 +646,18 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<Value> outputs;
   if (e.kind == VariantKind::Functional) {
     outputs = results;
-    if (!a.data_dependent()) lay_out_like_pytorch(op, args, e, p, outputs);
+    if (!a.data_dependent()) {
+      lay_out_like_pytorch(op, args, e, p, outputs);
+    } else if (e.functional == "aten::nonzero" && outputs.size() == 1) {
+      // No meta kernel knows the count: CPU's nonzero is [count, rank]
+      // laid out column by column (strides 1, count).
+      hlo::Builder& b = p.builder();
+      const hlo::Dims dims = b.dims(outputs[0]);
+      if (dims.size() == 2 && dims[0] > 1 && dims[1] > 1) {
+        outputs[0] = b.transpose(outputs[0], {1, 0});
+        p.result_layout(0, dims, {1, dims[0]});
+      }
+    }
   } else {
     std::vector<Target> dsts;
     if (e.kind == VariantKind::Inplace) {

@@ -1,5 +1,6 @@
 #include "csrc/aten/tensor_ops.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
@@ -219,6 +220,10 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
 
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers complete before returning
+  // src must broadcast to dst, empty or not (CPU's copy_ checks it first).
+  TORCH_CHECK(at::is_expandable_to(src.sizes(), dst.sizes()), "The size of tensor a (", dst.sizes(),
+              ") must match the size of tensor b (", src.sizes(), ") in copy_: ", src.sizes(),
+              " cannot be broadcast to ", dst.sizes());
   if (dst.numel() == 0) return dst;
   const bool src_tpu = src.device().type() == c10::DeviceType::PrivateUse1;
   const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;

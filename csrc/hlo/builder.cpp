@@ -481,11 +481,17 @@ Value Builder::convert(Value x, DType to) {
   if (from == to) return x;
   // Complex to real keeps the real part (as PyTorch's casts do).
   if (is_complex(from) && !is_complex(to)) return convert(real(x), to);
-  // Float to narrow or unsigned integers: through a wide signed integer, so
-  // that values wrap as C++ casts do on the host instead of saturating.
-  if (is_float(from) && is_int(to) && to != DType::I32 && to != DType::I64) {
-    const DType wide = (to == DType::U32 || to == DType::U64) ? DType::I64 : DType::I32;
-    x = emit1("stablehlo.convert", {x}, Type{wide, dims(x)});
+  // Float to integers as the host's casts give them (x86): NaN and values
+  // out of a signed 32/64-bit range become its lowest value, and narrow or
+  // unsigned integers wrap from such a wide signed integer instead of
+  // saturating.
+  if (is_float(from) && is_int(to)) {
+    const DType wide = to == DType::I64 || to == DType::U32 || to == DType::U64 ? DType::I64 : DType::I32;
+    const double limit = wide == DType::I64 ? 9223372036854775808.0 : 2147483648.0;
+    Value in_range = and_(compare(Cmp::GE, x, full(-limit, from, dims(x))), compare(Cmp::LT, x, full(limit, from, dims(x))));
+    Value w = select(in_range, emit1("stablehlo.convert", {x}, Type{wide, dims(x)}),
+                     full_int(wide == DType::I64 ? INT64_MIN : INT32_MIN, wide, dims(x)));
+    return wide == to ? w : emit1("stablehlo.convert", {w}, Type{to, dims(x)});
   }
   return emit1("stablehlo.convert", {x}, Type{to, dims(x)});
 }

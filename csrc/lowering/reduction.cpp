@@ -76,6 +76,9 @@ void check_nonempty(const TensorInfo& in, const Dims& dims, const char* name) {
 
 std::vector<Value> lower_amax_amin(Context& c, bool is_max) {
   const TensorInfo& in = c.args.info(0);
+  // No dims: all of them; an empty input then has nothing to reduce (CPU's RuntimeError).
+  TORCH_CHECK(in.numel() > 0 || (c.args.has(1) && !c.args.ints(1).empty()), is_max ? "amax" : "amin",
+              "(): Expected reduction dim to be specified for input.numel() == 0.");
   Dims dims = reduce_dims(c, 1, in.dim());
   check_nonempty(in, dims, is_max ? "amax" : "amin");
   const bool keepdim = c.args.has(2) && c.args.bool_(2);
@@ -141,7 +144,7 @@ std::vector<Value> lower_argmax(Context& c, bool is_max) {
   Builder& b = c.b;
   Value x = c.args.tensor(0);
   if (!c.args.has(1)) {
-    TORCH_CHECK(in.numel() > 0, is_max ? "argmax" : "argmin",
+    TORCH_CHECK_INDEX(in.numel() > 0, is_max ? "argmax" : "argmin",
                 "(): Expected reduction dim to be specified for input.numel() == 0.");
     Value flat = b.reshape(x, {in.numel()});
     Value i = arg_reduce(b, flat, 0, is_max).second;
@@ -318,8 +321,9 @@ std::vector<Value> lower_softmax(Context& c, bool log) {
   const at::ScalarType out = half_to_float ? at::kFloat : in.dtype;
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(in.dtype));
-  if (in.dim() == 0) {
-    return one(cast(b, log ? b.zeros(b.type(x)) : k(b, 1, x), out));
+  if (in.dim() == 0) {  // one entry: x - max(x) is 0, or NaN for an infinite or NaN x
+    Value shifted = b.sub(x, x);
+    return one(cast(b, log ? shifted : b.unary("stablehlo.exponential", shifted), out));
   }
   Dims bdims;
   for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);

@@ -152,3 +152,31 @@ def test_logcumsumexp_keeps_entries_far_below_the_maximum(dtype):
     assert_same(torch.logcumsumexp(z.to("tpu"), 0), torch.logcumsumexp(z, 0))
     # Non-contiguous input.
     assert_same(torch.logcumsumexp(y.mT.to("tpu"), 1), torch.logcumsumexp(y.mT, 1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [7, 100, 1000, 4099])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_atan_of_long_vectors(n, dtype):
+    # The XLA CPU plugin's vectorized atan is wrong past a few dozen
+    # elements (found by the fuzzer): atan goes through atan2 with a runtime one.
+    x = torch.linspace(-60, 60, n).to(dtype)
+    torch.testing.assert_close(torch.atan(x.to("tpu")).cpu(), torch.atan(x))
+    torch.testing.assert_close(torch.atan(x.to("tpu")[::3]).cpu(), torch.atan(x[::3]))
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("dst", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+def test_float_to_integer_casts_of_nan_inf_and_out_of_range(src, dst):
+    # As the host's casts give them: NaN and values out of range go to the
+    # lowest value of a 32/64-bit signed integer, narrower types wrap from it.
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e20, -1e20, 3.7, -3.7, 300.5, -129.0,
+                      2.0**31, -(2.0**31) - 1024.0])
+    x = x.to(src)
+    assert torch.equal(x.to("tpu").to(dst).cpu(), x.to(dst))
+
+
+def test_log_softmax_of_one_infinite_entry():
+    for v in (float("inf"), -float("inf"), float("nan"), 2.5):
+        x = torch.tensor(v)
+        for f in (torch.log_softmax, torch.softmax):
+            torch.testing.assert_close(f(x.to("tpu"), 0).cpu(), f(x, 0), equal_nan=True)

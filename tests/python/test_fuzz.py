@@ -1,0 +1,67 @@
+"""The differential fuzzer (torch_tpu/testing/fuzz.py): a seeded, bounded
+run in strict and fused eager finds nothing, and the fuzzer does find what
+it should (a wrong value, a crash) and shrinks it."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+import torch_tpu  # noqa: F401
+from torch_tpu.testing import fuzz
+
+# The workers choose their own modes: run once, in the default suite.
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("TORCH_TPU_DEFER_AND_FUSE") or os.environ.get("TORCH_TPU_LAUNCH_BLOCKING")),
+    reason="the fuzzer's workers set their execution modes themselves",
+)
+
+
+def test_op_table_is_broad():
+    assert len(fuzz.ops()) >= 100
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_seeded_run_finds_nothing(mode):
+    result = fuzz.fuzz(seed=0, programs=600, minutes=3, mode=mode, log=lambda *a: None)
+    assert result["programs"] >= 200
+    assert not result["findings"], "\n\n".join(f["finding"] + "\n" + f["python"] for f in result["findings"])
+
+
+def test_programs_replay_identically():
+    p = fuzz.random_program(random.Random(3), 12)
+    q = fuzz.Program.from_json(p.to_json())
+    a = fuzz.run_program(torch, p, "cpu")
+    b = fuzz.run_program(torch, q, "cpu")
+    assert a[1] == b[1]
+    for x, y in zip(a[0], b[0]):
+        assert (x is None) == (y is None) and (x is None or torch.equal(x, y))
+
+
+def test_a_wrong_value_is_found_and_shrunk(monkeypatch):
+    arity, accepts, fn = fuzz.ops()["neg"]
+
+    def wrong_on_tpu(t, a, r):
+        out = fn(t, a, r)
+        return out + 1 if out.device.type == "tpu" else out
+
+    monkeypatch.setitem(fuzz.ops(), "neg", (arity, accepts, wrong_on_tpu))
+    p = fuzz.Program([fuzz.Input((3,), "float32", "contiguous", 1), fuzz.Input((2,), "int64", "contiguous", 2)],
+                     [fuzz.Step("abs", [0], 5), fuzz.Step("neg", [2], 6), fuzz.Step("add_scalar", [1], 7)])
+    found = fuzz.check(torch, p)
+    assert found is not None and "neg" in found, found
+
+
+def test_a_crash_in_a_worker_is_caught():
+    w = fuzz.Worker("strict")
+    try:
+        bad = fuzz.Program([fuzz.Input((2,), "float32", "contiguous", 1)], [fuzz.Step("__crash__", [0], 0)])
+        assert w.run(bad, timeout=60).startswith(("crash", "harness error"))
+        # The worker is back and answers again.
+        ok = fuzz.Program([fuzz.Input((2,), "float32", "contiguous", 1)], [fuzz.Step("abs", [0], 0)])
+        assert w.run(ok, timeout=120) is None
+    finally:
+        w.close()
