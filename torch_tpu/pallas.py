@@ -333,7 +333,13 @@ def custom_kernel(output_shapes, pallas_kernel: Callable, **pallas_kwargs) -> Ca
                                                   and not hasattr(output_shapes[0], "shape")
                                                   and isinstance(output_shapes[0], (tuple, list)))
     out_shape = spec(output_shapes) if single else [spec(s) for s in output_shapes]
-    pallas_kwargs.setdefault("interpret", _platform() == "cpu")
+    platform = _platform()
+    pallas_kwargs.setdefault("interpret", platform == "cpu")
+    if platform == "cpu" and not pallas_kwargs["interpret"]:
+        raise RuntimeError(
+            f"{getattr(pallas_kernel, '__name__', 'pallas kernel')}: the loaded PJRT plugin runs on the CPU, where "
+            "Pallas kernels run only in interpret mode (lowered to plain StableHLO); drop interpret=False, which "
+            "asks for a Mosaic (TPU) or Triton (GPU) kernel")
     call = pl.pallas_call(pallas_kernel, out_shape=out_shape, **pallas_kwargs)
     k = _Kernel(call, name=getattr(pallas_kernel, "__name__", "pallas_kernel"))
     return k

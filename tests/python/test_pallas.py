@@ -185,6 +185,11 @@ def test_errors_name_the_function_and_the_fix(monkeypatch):
         tp.custom_jax_kernel(lambda x: x)(torch.randn(3))
     with pytest.raises(TypeError, match="static_argnums"):
         tp.custom_jax_kernel(lambda x, n: x * n)(torch.randn(3, device="tpu"), 2)
+    def k(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    with pytest.raises(RuntimeError, match="interpret mode"):  # a kernel for another platform
+        tp.custom_kernel(((4,), torch.float32), k, interpret=False)
     monkeypatch.setitem(sys.modules, "jax", None)
     with pytest.raises(ImportError, match=r"pip install 'jax\[cpu\]'"):
         tp.custom_jax_kernel(lambda x: x)
