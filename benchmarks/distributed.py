@@ -25,16 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _timed(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
+from _timing import median_seconds  # noqa: E402
 
 
 def bandwidth(rank, world, init, sizes_mb, repeats, out):
@@ -96,9 +89,9 @@ def ddp_step(rank, world, init, name, repeats, out):
         opt.step()
         loss.item()
 
-    times = _timed(step, repeats)
+    t = median_seconds(step, repeats)
     if rank == 0:
-        torch.save(statistics.median(times), out)
+        torch.save(t, out)
     dist.destroy_process_group()
 
 

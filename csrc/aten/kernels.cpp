@@ -454,12 +454,12 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosi
                 const std::string& functional) {
   hlo::Builder& b = p.builder();
   const at::ScalarType rt = to_aten(b.dtype(v));
-  if (functional == "aten::cat") {  // CPU's cat raises a TypeError for it
-    TORCH_CHECK_TYPE(c10::canCast(rt, dst.scalar_type()), "torch.cat(): input types can't be cast to the desired "
-                     "output type ", dst.scalar_type());
+  if (!c10::canCast(rt, dst.scalar_type())) {
+    // (CPU's cat raises a TypeError for it, every other op a RuntimeError)
+    TORCH_CHECK_TYPE(functional != "aten::cat", "torch.cat(): input types can't be cast to the desired output type ",
+                     dst.scalar_type());
+    TORCH_CHECK(false, "result type ", rt, " can't be cast to the desired output type ", dst.scalar_type());
   }
-  TORCH_CHECK(c10::canCast(rt, dst.scalar_type()), "result type ", rt,
-              " can't be cast to the desired output type ", dst.scalar_type());
   if (dst.sizes().vec() != b.dims(v)) {
     TORCH_CHECK(!inplace, "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
                 lowering::dims_string(b.dims(v)));

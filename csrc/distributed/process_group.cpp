@@ -50,6 +50,27 @@ std::exception_ptr backend_error(const std::string& msg) {
       c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg));
 }
 
+// PREMUL_SUM scales each input on the device, then sums (the host transport
+// has no PREMUL_SUM); every other reduction goes to the transport as it is.
+c10d::ReduceOp host_reduction(const c10d::ReduceOp& op) {
+  return op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+}
+
+at::Tensor prescaled(const c10d::ReduceOp& op, const at::Tensor& t) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(s != nullptr, "tpu: PREMUL_SUM without a factor");
+  return s->tensor_factor.defined() ? t * s->tensor_factor.to(t.device()) : t * s->double_factor;
+}
+
+// The options of a reduction as the host transport takes them.
+template <typename Options>
+Options for_host(const Options& opts) {
+  Options o = opts;
+  o.reduceOp = host_reduction(opts.reduceOp);
+  return o;
+}
+
 }  // namespace
 
 // Host staging tensors, reused: a pooled tensor is free again once nothing
@@ -88,6 +109,7 @@ class ProcessGroupTPU::HostPool {
 // which tpu tensor each host result is written back into.
 struct ProcessGroupTPU::Call {
   Call(const char* op, c10d::OpType type, HostPool& pool) : op(op), type(type), pool(pool) {}
+  at::NoGradGuard no_grad;  // staging copies are not part of any graph
   const char* op;
   c10d::OpType type;
   HostPool& pool;
@@ -145,22 +167,21 @@ struct ProcessGroupTPU::Call {
     for (const auto& l : ts) r.push_back(in(l));
     return r;
   }
+  // Inputs of the reduction `op` (PREMUL_SUM's factor applied on the device);
+  // reduced() also writes each result back into its input.
+  std::vector<at::Tensor> scaled(const std::vector<at::Tensor>& ts, const c10d::ReduceOp& op) {
+    std::vector<at::Tensor> r;
+    for (const auto& t : ts) r.push_back(in(prescaled(op, t)));
+    return r;
+  }
+  std::vector<at::Tensor> reduced(const std::vector<at::Tensor>& ts, const c10d::ReduceOp& op) {
+    std::vector<at::Tensor> r;
+    for (const auto& t : ts) r.push_back(in(prescaled(op, t), &t));
+    return r;
+  }
 };
 
 namespace {
-
-// PREMUL_SUM scales each input on the device, then sums (the host transport
-// has no PREMUL_SUM); every other reduction goes to the transport as it is.
-c10d::ReduceOp host_reduction(const c10d::ReduceOp& op) {
-  return op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
-}
-
-at::Tensor prescaled(const c10d::ReduceOp& op, const at::Tensor& t) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(s != nullptr, "tpu: PREMUL_SUM without a factor");
-  return s->tensor_factor.defined() ? t * s->tensor_factor.to(t.device()) : t * s->double_factor;
-}
 
 // A Work of this backend: it completes once the host work has, and its
 // results are written back to the tpu tensors.
@@ -365,7 +386,6 @@ std::string ProcessGroupTPU::describe_failure(uint64_t seq, const std::string& o
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
                                                           const c10d::BroadcastOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("broadcast", c10d::OpType::BROADCAST, *pool_);
   auto host = c.inout(tensors);
   return run(c, [&] { return host_->broadcast(host, opts); });
@@ -373,41 +393,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_reduce", c10d::OpType::ALLREDUCE, *pool_);
-  std::vector<at::Tensor> host;
-  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
-  c10d::AllreduceOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  auto host = c.reduced(tensors, opts.reduceOp);
+  const c10d::AllreduceOptions o = for_host(opts);
   return run(c, [&] { return host_->allreduce(host, o); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                     const c10d::AllreduceCoalescedOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, *pool_);
-  std::vector<at::Tensor> host;
-  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
-  c10d::AllreduceCoalescedOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  auto host = c.reduced(tensors, opts.reduceOp);
+  const c10d::AllreduceCoalescedOptions o = for_host(opts);
   return run(c, [&] { return host_->allreduce_coalesced(host, o); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("reduce", c10d::OpType::REDUCE, *pool_);
-  std::vector<at::Tensor> host;
-  for (auto& t : tensors) host.push_back(c.in(prescaled(opts.reduceOp, t), &t));
-  c10d::ReduceOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  auto host = c.reduced(tensors, opts.reduceOp);
+  const c10d::ReduceOptions o = for_host(opts);
   return run(c, [&] { return host_->reduce(host, o); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
                                                           const c10d::AllgatherOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_gather", c10d::OpType::ALLGATHER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -416,7 +426,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vecto
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                 const c10d::AllgatherOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, *pool_);
   at::Tensor in = c.in(input);
   at::Tensor out = c.out(output);
@@ -426,7 +435,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(at::Tensor& outp
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                     std::vector<at::Tensor>& inputs,
                                                                     const c10d::AllgatherOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -435,7 +443,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(std::vector<
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -445,7 +452,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::GatherOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("gather", c10d::OpType::GATHER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -455,7 +461,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::gather(std::vector<std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::scatter(std::vector<at::Tensor>& outputs,
                                                         std::vector<std::vector<at::Tensor>>& inputs,
                                                         const c10d::ScatterOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("scatter", c10d::OpType::SCATTER, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -465,40 +470,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::scatter(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                                std::vector<std::vector<at::Tensor>>& inputs,
                                                                const c10d::ReduceScatterOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("reduce_scatter", c10d::OpType::REDUCE_SCATTER, *pool_);
   std::vector<std::vector<at::Tensor>> in;
-  for (auto& l : inputs) {
-    std::vector<at::Tensor> row;
-    for (auto& t : l) row.push_back(c.in(prescaled(opts.reduceOp, t)));
-    in.push_back(std::move(row));
-  }
+  for (auto& l : inputs) in.push_back(c.scaled(l, opts.reduceOp));
   auto out = c.out(outputs);
-  c10d::ReduceScatterOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  const c10d::ReduceScatterOptions o = for_host(opts);
   return run(c, [&] { return host_->reduce_scatter(out, in, o); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, *pool_);
   at::Tensor in = c.in(prescaled(opts.reduceOp, input));
   at::Tensor out = c.out(output);
-  c10d::ReduceScatterOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  const c10d::ReduceScatterOptions o = for_host(opts);
   return run(c, [&] { return host_->_reduce_scatter_base(out, in, o); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, *pool_);
-  std::vector<at::Tensor> in;
-  for (auto& t : inputs) in.push_back(c.in(prescaled(opts.reduceOp, t)));
+  auto in = c.scaled(inputs, opts.reduceOp);
   auto out = c.out(outputs);
-  c10d::ReduceScatterOptions o = opts;
-  o.reduceOp = host_reduction(opts.reduceOp);
+  const c10d::ReduceScatterOptions o = for_host(opts);
   return run(c, [&] { return host_->reduce_scatter_tensor_coalesced(out, in, o); });
 }
 
@@ -506,7 +500,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
                                                               std::vector<int64_t>& output_splits,
                                                               std::vector<int64_t>& input_splits,
                                                               const c10d::AllToAllOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_to_all_single", c10d::OpType::ALLTOALL_BASE, *pool_);
   at::Tensor in = c.in(input);
   at::Tensor out = c.out(output);
@@ -516,7 +509,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
-  at::NoGradGuard no_grad;
   Call c("all_to_all", c10d::OpType::ALLTOALL, *pool_);
   auto in = c.in(inputs);
   auto out = c.out(outputs);
@@ -524,21 +516,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  at::NoGradGuard no_grad;
   Call c("send", c10d::OpType::SEND, *pool_);
   auto host = c.in(tensors);
   return run(c, [&] { return host_->send(host, dst, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  at::NoGradGuard no_grad;
   Call c("recv", c10d::OpType::RECV, *pool_);
   auto host = c.out(tensors);
   return run(c, [&] { return host_->recv(host, src, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  at::NoGradGuard no_grad;
   Call c("recv", c10d::OpType::RECVANYSOURCE, *pool_);
   auto host = c.out(tensors);
   return run(c, [&] { return host_->recvAnysource(host, tag); });

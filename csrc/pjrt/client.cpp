@@ -165,40 +165,37 @@ Client::~Client() {
   TPU_PJRT_DESTROY(*api_, Client_Destroy, args);
 }
 
-BufferPtr Client::from_host(const void* data, c::PJRT_Buffer_Type type,
-                            const std::vector<int64_t>& dims, const Device& device) const {
+BufferPtr Client::buffer_from_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                                   const Device& device, bool zero_copy, std::function<void()> release) const {
   auto args = make_args<c::PJRT_Client_BufferFromHostBuffer_Args>();
   args.client = client_;
   args.data = data;
   args.type = type;
   args.dims = dims.data();
   args.num_dims = dims.size();
-  args.host_buffer_semantics = c::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  args.host_buffer_semantics = zero_copy ? c::PJRT_HostBufferSemantics_kImmutableZeroCopy
+                                         : c::PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
   args.device = device.raw();
   TPU_PJRT_CALL(*api_, Client_BufferFromHostBuffer, args);
   auto buffer = std::make_shared<Buffer>(api_, args.buffer);
-  if (args.done_with_host_buffer != nullptr) Event(api_.get(), args.done_with_host_buffer).await();
+  if (args.done_with_host_buffer == nullptr) {
+    if (release) release();
+  } else if (release) {
+    Event(api_.get(), args.done_with_host_buffer).on_ready(std::move(release));
+  } else {
+    Event(api_.get(), args.done_with_host_buffer).await();
+  }
   return buffer;
+}
+
+BufferPtr Client::from_host(const void* data, c::PJRT_Buffer_Type type,
+                            const std::vector<int64_t>& dims, const Device& device) const {
+  return buffer_from_host(data, type, dims, device, /*zero_copy=*/false, nullptr);
 }
 
 BufferPtr Client::adopt_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
                              const Device& device, std::function<void()> release) const {
-  auto args = make_args<c::PJRT_Client_BufferFromHostBuffer_Args>();
-  args.client = client_;
-  args.data = data;
-  args.type = type;
-  args.dims = dims.data();
-  args.num_dims = dims.size();
-  args.host_buffer_semantics = c::PJRT_HostBufferSemantics_kImmutableZeroCopy;
-  args.device = device.raw();
-  TPU_PJRT_CALL(*api_, Client_BufferFromHostBuffer, args);
-  auto buffer = std::make_shared<Buffer>(api_, args.buffer);
-  if (args.done_with_host_buffer != nullptr) {
-    Event(api_.get(), args.done_with_host_buffer).on_ready(std::move(release));
-  } else {
-    release();
-  }
-  return buffer;
+  return buffer_from_host(data, type, dims, device, /*zero_copy=*/true, std::move(release));
 }
 
 ExecutablePtr Client::compile(const std::string& mlir, const std::string& compile_options) const {

@@ -105,6 +105,10 @@ class Client {
 
  private:
   Client(std::shared_ptr<const Api> api, c::PJRT_Client* client);
+  // from_host and adopt_host: with `release`, the host memory is handed to
+  // it when the plugin is done with it; without, the call waits for that.
+  BufferPtr buffer_from_host(const void* data, c::PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                             const Device& device, bool zero_copy, std::function<void()> release) const;
   std::shared_ptr<const Api> api_;
   c::PJRT_Client* client_;
   std::vector<Device> devices_;
