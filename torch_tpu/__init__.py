@@ -85,7 +85,10 @@ distributed.register()
 
 def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:
     # Fused eager: one training step becomes one program (forward, backward
-    # and update), the same every iteration, so it compiles once.
+    # and update), the same every iteration, so it compiles once. (Under
+    # torch.compile the step's graphs are programs already: no graph break.)
+    if torch.compiler.is_compiling():
+        return
     if _ops._started():
         _ops.flush()
 

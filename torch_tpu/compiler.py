@@ -2,12 +2,16 @@
 
 Dynamo captures a graph; AOTAutograd traces its forward and backward to
 ATen (PyTorch's Core ATen decompositions apply only to ops that have no tpu
-lowering, so fused lowerings such as attention stay whole); each ATen graph
-is then replayed through the same lowerings as eager ops, under an executor
-of its own that defers every op: one call of a graph is one StableHLO module
-and one executable, found again by the graph's structure in the executable
+lowering, so fused lowerings such as attention stay whole). The first call
+of each ATen graph (per input signature) runs its ops through the same
+lowerings as eager ops under a capture executor: they become one function,
+kept with how to bind its operands again (csrc/aten/graph_replay.cpp).
+Later calls run the graph's host part (CPU scalars such as an optimizer's
+step counts), bind the new inputs and record that one function into the
+calling scope's program: one call of a graph is one StableHLO module and
+one executable, found again by the graph's structure in the executable
 cache shared with eager (memory and disk, so a second process compiles
-nothing).
+nothing). A graph that cannot be bound again exactly runs its ops each call.
 
 Two ways in:
 
@@ -24,29 +28,77 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import warnings
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["backend", "stats", "reset_stats", "recompile_reasons", "CompileError"]
+__all__ = ["backend", "stats", "reset_stats", "recompile_reasons", "CompileError", "config", "bucket",
+           "pad_to_bucket"]
 
 _ops = torch.ops.torch_tpu
 _lock = threading.Lock()
-_stats = {"graphs": 0, "calls": 0, "recompiles": 0}
+_stats = {"graphs": 0, "calls": 0, "recompiles": 0, "captures": 0, "replays": 0, "op_runs": 0}
 _recompiles: list[tuple[str, str]] = []
 _log = logging.getLogger("torch_tpu.compile")
 
 
 class CompileError(RuntimeError):
-    """An op of a compiled graph could not be lowered or run; names the op
-    and the user's source line."""
+    """An op of a compiled graph could not be lowered or run (names the op
+    and the user's source line), or a graph met more shapes than
+    ``config.max_shapes``."""
+
+
+class config:  # noqa: N801 (a namespace of settings, like torch._dynamo.config)
+    """Settings of the tpu backend.
+
+    ``max_shapes``: how many distinct input shapes one graph with dynamic
+    dimensions may meet. XLA programs have static shapes, so each shape
+    compiles a program of its own (once: the cache keeps it); past the bound
+    the call raises ``CompileError`` naming the fix (pad to a few buckets,
+    a static KV cache) instead of compiling one program per length forever.
+    0: no bound. Default 32, or ``TORCH_TPU_COMPILE_MAX_SHAPES``.
+    """
+
+    max_shapes = int(os.environ.get("TORCH_TPU_COMPILE_MAX_SHAPES", "32"))
+
+
+def bucket(n: int, buckets=None) -> int:
+    """The smallest of ``buckets`` (ascending; default: powers of two from
+    16) that holds ``n``."""
+    if buckets is None:
+        b = 16
+        while b < n:
+            b *= 2
+        return b
+    for b in sorted(buckets):
+        if b >= n:
+            return b
+    raise ValueError(f"bucket: {n} is larger than the largest bucket {max(buckets)}")
+
+
+def pad_to_bucket(x: torch.Tensor, dim: int, buckets=None, value=0):
+    """``x`` padded with ``value`` along ``dim`` to its bucket (see
+    ``bucket``), and the unpadded length: a compiled graph then meets a few
+    shapes instead of one per length. Mask the padding where it matters
+    (attention masks, loss ignore_index)."""
+    n = x.shape[dim]
+    size = bucket(n, buckets)
+    if size == n:
+        return x, n
+    shape = list(x.shape)
+    shape[dim] = size - n
+    return torch.cat([x, x.new_full(shape, value)], dim), n
 
 
 def stats() -> dict[str, int]:
     """Graphs handed to the tpu compiler (forward and backward count
-    separately: one per Dynamo graph and recompile) and calls of them."""
+    separately: one per Dynamo graph and recompile) and calls of them; of
+    the calls, how many captured their graph (the first with a signature),
+    replayed a capture (no op dispatched) or ran its ops (a graph or
+    signature that cannot be replayed)."""
     with _lock:
         return dict(_stats)
 
@@ -128,36 +180,256 @@ def _failed_node(gm: torch.fx.GraphModule, tb) -> torch.fx.Node | None:
     return None
 
 
+def _graph_error(gm: torch.fx.GraphModule, e: BaseException, node: torch.fx.Node | None = None):
+    """`e` raised by an op of `gm`, as an error naming the op and the user's
+    source line (None when the failing node is unknown)."""
+    if isinstance(e, CompileError):
+        return None
+    node = node if node is not None else _failed_node(gm, e.__traceback__)
+    if node is None:
+        return None
+    where = _where(node)
+    msg = (f"torch.compile (tpu backend): {node.target} failed in the compiled graph"
+           + (f", from {where}" if where else "") + f": {e}")
+    return NotImplementedError(msg) if isinstance(e, NotImplementedError) else CompileError(msg)
+
+
+_SYM_OPS = frozenset(
+    getattr(torch.ops.aten, name).int if hasattr(getattr(torch.ops.aten, name), "int")
+    else getattr(torch.ops.aten, name).default
+    for name in ("sym_size", "sym_stride", "sym_numel", "sym_storage_offset"))
+
+
+def _symbolic(v) -> bool:
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
+        return True
+    return isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+
+
+def _on_device(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.device.type == "tpu"
+    if isinstance(v, (list, tuple)):
+        return any(_on_device(x) for x in v)
+    return False
+
+
+class _HostPlan:
+    """What of an ATen graph runs on the host at a replay: the nodes that
+    compute on CPU tensors and numbers (an optimizer's step counts, say),
+    as a graph of their own that also reads, right after each is made, the
+    CPU scalars the device ops use."""
+
+    def __init__(self, gm, host, referenced, host_outputs, output_nodes):
+        self.referenced = referenced  # host nodes whose scalars device ops read
+        self.host_outputs = host_outputs  # output position -> index among the host outputs
+        runs = [n for n in gm.graph.nodes if n in host and n.op != "placeholder"]
+        self.gm = self._build(gm, runs, referenced, output_nodes) if runs or referenced else None
+
+    @staticmethod
+    def make(gm: torch.fx.GraphModule):
+        """The plan, or None when the graph's host part reads device data."""
+        host, device = set(), set()
+        for n in gm.graph.nodes:
+            if n.op == "output":
+                continue
+            if n.op in ("placeholder", "get_attr"):
+                val = n.meta.get("val") if n.op == "placeholder" else getattr(gm, n.target, None)
+                (device if _on_device(val) else host).add(n)
+                continue
+            if n.target in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+                return None  # a number made from data would become a constant
+            inputs = n.all_input_nodes
+            if _on_device(n.meta.get("val")):
+                device.add(n)
+            elif n.target in _SYM_OPS and all(i.op == "placeholder" or i in host for i in inputs):
+                host.add(n)  # shapes are part of the replay's signature
+            elif any(i in device for i in inputs):
+                return None  # the host would wait for device data
+            else:
+                host.add(n)
+        referenced = []
+        for n in gm.graph.nodes:
+            val = n.meta.get("val") if n.op != "get_attr" else getattr(gm, n.target, None)
+            if n in host and isinstance(val, torch.Tensor) and val.dim() == 0 and any(u in device for u in n.users):
+                referenced.append(n)
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        host_outputs, order = {}, []
+        for i, o in enumerate(out.args[0]):
+            if isinstance(o, torch.fx.Node) and o in host and o.op != "placeholder":
+                host_outputs[i] = len(order)
+                order.append(o)
+        return _HostPlan(gm, host, referenced, host_outputs, order)
+
+    @staticmethod
+    def _build(gm, runs, referenced, host_output_nodes):
+        g = torch.fx.Graph()
+        env, numbers = {}, []
+        runs, wanted = set(runs), set(referenced)
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                env[n] = g.placeholder(n.name)
+            elif n in runs:
+                env[n] = g.node_copy(n, lambda x: env[x])
+            if n in wanted:
+                numbers.append(g.call_method("item", (env[n],)))
+        g.output((numbers, [env[n] for n in host_output_nodes]))
+        return torch.fx.GraphModule(gm, g)
+
+
+class _Graph:
+    """One ATen graph handed to the tpu compiler.
+
+    Its first call with a given signature runs its ops under a capture
+    executor (csrc/aten/graph_replay.cpp): they become one function,
+    recorded into the calling scope's program, and kept with how to bind it
+    again. Later calls with that signature bind the new inputs and record
+    the one function, without running the ops through the dispatcher. A
+    graph or signature that cannot be replayed exactly runs its ops each
+    call (still one program)."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        import weakref
+
+        self.gm = gm
+        self.handle = _ops._graph_new()
+        weakref.finalize(self, _ops._graph_release, self.handle)
+        self.plan = _HostPlan.make(gm)
+        self.outputs: dict[int, list] = {}  # entry -> how to assemble the outputs
+        self.constants = [getattr(gm, n.target) for n in gm.graph.nodes
+                          if n.op == "get_attr" and isinstance(getattr(gm, n.target, None), torch.Tensor)]
+        self.symbolic = any(_symbolic(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
+        self.shapes: set = set()
+
+    def __call__(self, *args):
+        _count("calls")
+        with _execution_scope():
+            if self.plan is not None and _replay_enabled:
+                entry = _ops._graph_lookup(self.handle, list(args))
+                if entry >= 0:
+                    _count("replays")
+                    return self._replay(entry, args)
+                if entry == -1:
+                    self._check_shapes(args)
+                    _count("captures")
+                    return self._capture(args)
+            self._check_shapes(args)
+            _count("op_runs")
+            return self._run(args)
+
+    def _check_shapes(self, args):
+        """A graph with dynamic dimensions compiles a program per shape:
+        bounded by config.max_shapes, past which it says what to do."""
+        if not self.symbolic:
+            return
+        shape = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else None for a in args)
+        if shape in self.shapes:
+            return
+        bound = config.max_shapes
+        if bound and len(self.shapes) >= bound:
+            raise CompileError(
+                f"torch.compile (tpu backend): a graph with dynamic dimensions met its {bound + 1}th distinct "
+                f"input shape; XLA programs have static shapes, so each shape compiles a program of its own. "
+                f"Pad inputs to a few sizes (torch_tpu.compiler.pad_to_bucket(x, dim), masking the padding), "
+                f"use a static KV cache for generation (cache_implementation='static'), mark the dimension "
+                f"static (dynamic=False), or raise the bound (torch_tpu.compiler.config.max_shapes, "
+                f"TORCH_TPU_COMPILE_MAX_SHAPES; 0: none)")
+        self.shapes.add(shape)
+
+    def _run(self, args):
+        try:
+            return self.gm(*args)
+        except Exception as e:  # noqa: BLE001 (re-raised with the node's context)
+            err = _graph_error(self.gm, e)
+            if err is None:
+                raise
+            raise err from e
+
+    def _replay(self, entry, args):
+        plan = self.plan
+        numbers, host_outs = plan.gm(*args) if plan.gm is not None else ((), ())
+        tensors = _ops._graph_replay(self.handle, entry, list(args), list(numbers))
+        out = []
+        for kind, v in self.outputs[entry]:
+            out.append(tensors[v] if kind == "tpu" else host_outs[v] if kind == "host" else
+                       args[v] if kind == "arg" else out[v] if kind == "same" else v)
+        return out
+
+    def _capture(self, args):
+        plan = self.plan
+        keep = {}
+
+        gm = self.gm
+        referenced = set(plan.referenced)
+
+        class Capture(torch.fx.Interpreter):
+            def run_node(self, n):
+                try:
+                    r = super().run_node(n)
+                except Exception as e:  # noqa: BLE001
+                    err = _graph_error(gm, e, n)
+                    if err is None:
+                        raise
+                    raise err from e
+                if n in referenced:
+                    keep[n] = r
+                return r
+
+        _ops._graph_capture_begin(self.handle, list(args))
+        try:
+            interp = Capture(gm)
+            outs = interp.run(*args)
+            interp.env.clear()
+        except BaseException:
+            _ops._graph_capture_abort()
+            raise
+        host = [keep[n]._cdata if n in keep else 0 for n in plan.referenced]
+        spec, tensors = self._output_spec(outs, args)
+        # (Outputs that cannot be described still get this call's values.)
+        entry, why = _ops._graph_capture_end(self.handle, list(args), tensors, host, self.constants,
+                                             spec is not None)
+        if spec is None:
+            why = "an output is neither a tpu tensor nor a host value"
+        if entry >= 0:
+            self.outputs[entry] = spec
+        else:
+            _log.debug("torch.compile on tpu: %s is not replayed (it runs its ops each call): %s",
+                       getattr(gm, "_torch_tpu_name", "a graph"), why)
+        return outs
+
+    def _output_spec(self, outs, args):
+        spec, tensors = [], []
+        ids = {}
+        arg_ids = {id(a): i for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+        for i, o in enumerate(outs):
+            if i in self.plan.host_outputs:
+                spec.append(("host", self.plan.host_outputs[i]))
+            elif isinstance(o, torch.Tensor) and id(o) in arg_ids:
+                spec.append(("arg", arg_ids[id(o)]))  # an input returned as it is
+            elif isinstance(o, torch.Tensor) and o.device.type == "tpu":
+                if id(o) in ids:
+                    spec.append(("same", ids[id(o)]))
+                else:
+                    ids[id(o)] = i
+                    spec.append(("tpu", len(tensors)))
+                    tensors.append(o)
+            elif o is None or isinstance(o, (int, float, bool)):
+                spec.append(("const", o))
+            else:
+                return None, []
+        return spec, tensors
+
+
+_replay_enabled = True
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """The callable AOTAutograd runs for one ATen graph (boxed: a list of
     arguments)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
     _count("graphs")
-
-    def run(*args):
-        _count("calls")
-        # One call = one deferred graph = one program: the scope's executor
-        # is this call's own, and leaving it runs what it recorded. The
-        # graph's generated code runs the ops (and drops each intermediate
-        # after its last use).
-        try:
-            with _execution_scope():
-                return gm(*args)
-        except CompileError:
-            raise
-        except Exception as e:  # noqa: BLE001 (re-raised with the node's context)
-            node = _failed_node(gm, e.__traceback__)
-            if node is None:
-                raise
-            where = _where(node)
-            msg = (f"torch.compile (tpu backend): {node.target} failed in the compiled graph"
-                   + (f", from {where}" if where else "") + f": {e}")
-            if isinstance(e, NotImplementedError):
-                raise NotImplementedError(msg) from e
-            raise CompileError(msg) from e
-
-    return make_boxed_func(run)
+    return make_boxed_func(_Graph(gm))
 
 
 class _execution_scope:
@@ -203,8 +475,9 @@ def _warn_if_dynamic(example_inputs) -> None:
     if symbolic:
         _warned_dynamic = True
         warnings.warn("torch.compile on tpu: this graph has dynamic shapes; XLA compiles one program per "
-                      "distinct shape it meets (each once, then cached). To bound compilation, pad inputs to a "
-                      "few bucket sizes (with masks) or compile with dynamic=False.", stacklevel=2)
+                      "distinct shape it meets (each once, then cached), up to torch_tpu.compiler.config."
+                      "max_shapes. To bound compilation, pad inputs to a few bucket sizes "
+                      "(torch_tpu.compiler.pad_to_bucket, with masks) or compile with dynamic=False.", stacklevel=2)
 
 
 

@@ -122,8 +122,23 @@ TpuStorage::Value operand_value(TpuStorage& s, int device) {
 
 namespace {
 
+using Origin = exec::Origin;
+
 exec::ProgramArg scalar_operand(DType dtype, uint64_t bits, int device) {
-  return {exec::Runtime::get().scalar_buffer(dtype, bits, device), nullptr, Type{dtype, {}}};
+  return {exec::Runtime::get().scalar_buffer(dtype, bits, device), nullptr, Type{dtype, {}}, {Origin::Kind::Constant}};
+}
+
+// A number read from CPU scalar tensor `t` (a captured graph reads it again
+// at its next call; a wrapped Python number is a constant of the graph).
+Origin host_origin(const at::Tensor& t, DType dtype, int part) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->is_wrapped_number()) return {Origin::Kind::Constant};
+  Origin o{Origin::Kind::HostTensor, static_cast<int8_t>(part), dtype, impl};
+  return o;
+}
+
+Origin storage_origin(const at::Tensor& t) {
+  return {Origin::Kind::Storage, -1, DType::F32, t.storage().unsafeGetStorageImpl()};
 }
 
 exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device) {
@@ -137,8 +152,16 @@ exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device
   uint64_t words[2] = {key.first, key.second};
   const auto& rt = exec::Runtime::get();
   const Type type{DType::U64, {2}};
-  return {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device)), nullptr, type};
+  // An explicit generator's keys are not bound again (its state is the caller's).
+  const Origin origin{gen.has_value() && gen->defined() ? Origin::Kind::Unknown : Origin::Kind::Rng};
+  return {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device)), nullptr, type, origin};
 }
+
+}  // namespace
+
+exec::ProgramArg rng_key_operand(int device) { return rng_operand(std::nullopt, device); }
+
+namespace {
 
 // The argument (or list entry) a parameter source names.
 const c10::IValue& arg_at(c10::ArrayRef<c10::IValue> args, const ParamSource& src) {
@@ -266,14 +289,17 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
   for (const ParamSource& src : plan.params) {
     switch (src.kind) {
       case ParamSource::Kind::Storage: {
-        TpuStorage::Value v = operand_value(storage_of(sig.group_tensor(src.index)), device);
-        bound.args.push_back({std::move(v.buffer), std::move(v.deferred), std::move(v.type)});
+        const at::Tensor& t = sig.group_tensor(src.index);
+        TpuStorage::Value v = operand_value(storage_of(t), device);
+        bound.args.push_back({std::move(v.buffer), std::move(v.deferred), std::move(v.type), storage_origin(t)});
         break;
       }
       case ParamSource::Kind::Arg: {
-        c10::Scalar s = number_of(arg_at(args, src));
+        const c10::IValue& a = arg_at(args, src);
+        c10::Scalar s = number_of(a);
         if (src.part >= 0) s = src.part == 0 ? s.toComplexDouble().real() : s.toComplexDouble().imag();
         bound.args.push_back(scalar_operand(src.dtype, scalar_bits(s, src.dtype), device));
+        if (a.isTensor()) bound.args.back().origin = host_origin(a.toTensor(), src.dtype, src.part);
         break;
       }
       case ParamSource::Kind::Constant:
@@ -326,7 +352,8 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
     src.kind = ParamSource::Kind::Storage;
     src.index = s.group;
     s.param = static_cast<int>(args_.size());
-    Value p = add_param(s.type, {std::move(snapshot.buffer), std::move(snapshot.deferred), s.type}, src);
+    Value p = add_param(s.type, {std::move(snapshot.buffer), std::move(snapshot.deferred), s.type, storage_origin(t)},
+                        src);
     s.full = p;
     s.flat = s.type.dims.size() == 1 ? p : b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
@@ -372,7 +399,7 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 "tpu:", device_, " and cpu! (move the CPU tensor with .to('tpu'))");
     if (pos.arg < 0) replayable_ = false;  // its value would become a constant
-    return scalar(t.item(), to_hlo(t.scalar_type()), pos);
+    return scalar(t.item(), to_hlo(t.scalar_type()), pos, &t);
   }
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at least two devices, tpu:",
@@ -398,7 +425,7 @@ Value EagerProgram::apply_math_bits(const at::Tensor& t, Value v) {
   return v;
 }
 
-Value EagerProgram::scalar(const c10::Scalar& s, DType dtype, ArgPosition pos) {
+Value EagerProgram::scalar(const c10::Scalar& s, DType dtype, ArgPosition pos, const at::Tensor* host) {
   auto operand = [&](const c10::Scalar& x, DType dt, int part) {
     ParamSource src;
     src.dtype = dt;
@@ -409,7 +436,9 @@ Value EagerProgram::scalar(const c10::Scalar& s, DType dtype, ArgPosition pos) {
       src.element = pos.element;
       src.part = part;
     }
-    return add_param(Type{dt, {}}, scalar_operand(dt, src.bits, device_), src);
+    exec::ProgramArg arg = scalar_operand(dt, src.bits, device_);
+    if (host) arg.origin = host_origin(*host, dt, part);
+    return add_param(Type{dt, {}}, std::move(arg), src);
   };
   if (dtype == DType::C128) {  // 16 bytes: two f64 operands
     const c10::complex<double> z = s.toComplexDouble();

@@ -102,6 +102,9 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
 // fused eager's graph; others are materialized (running that graph).
 TpuStorage::Value operand_value(TpuStorage& s, int device);
 
+// A fresh key of `device`'s default generator as a program operand.
+exec::ProgramArg rng_key_operand(int device);
+
 // Where an argument tensor sits in the op's arguments (for CPU scalars).
 struct ArgPosition {
   int arg = -1, element = -1;
@@ -120,8 +123,9 @@ class EagerProgram {
   // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
   hlo::Value input(const at::Tensor& t, ArgPosition pos = {});
   // A runtime rank-0 operand holding `s` converted to `dtype`; `pos` names
-  // the number argument it comes from (none: a constant of this program).
-  hlo::Value scalar(const c10::Scalar& s, hlo::DType dtype, ArgPosition pos = {});
+  // the number argument it comes from (none: a constant of this program),
+  // `host` the CPU scalar tensor it was read from.
+  hlo::Value scalar(const c10::Scalar& s, hlo::DType dtype, ArgPosition pos = {}, const at::Tensor* host = nullptr);
   // A fresh ui64[2] key from the Generator at argument `arg` (-1: none, the
   // device's default generator).
   hlo::Value rng_key(const std::optional<at::Generator>& gen, int arg = -1);

@@ -43,7 +43,7 @@ void enter_execution_scope(exec::ExecutionMode mode) {
   Saved saved;
   saved.previous = c10::ThreadLocalDebugInfo::current();
   ExecutorInfo* info = scope_info();
-  if (info != nullptr && info->executor->mode() == mode) {
+  if (info != nullptr && info->executor->mode() == mode && mode != exec::ExecutionMode::Capture) {
     saved.executor = info->executor;
   } else {
     saved.executor = std::make_shared<exec::Executor>(mode);

@@ -1,5 +1,7 @@
 #include "csrc/aten/kernels.h"
 
+#include <ATen/TensorIterator.h>
+
 #include <ATen/Context.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
@@ -357,6 +359,28 @@ std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::In
   return perm;
 }
 
+// The result of a binary op whose meta kernel does not lay it out as its
+// CPU kernel does (those build a TensorIterator over the operands; the meta
+// kernels of these are decompositions that make a contiguous result, or
+// follow the other operand): the same iterator over meta operands.
+std::optional<at::Tensor> iterator_layout(const Entry& e, const std::vector<c10::IValue>& args) {
+  static const std::unordered_set<std::string> kOps = {
+      "aten::floor_divide", "aten::logical_and", "aten::logical_or", "aten::logical_xor",
+      "aten::copysign.Tensor", "aten::xlogy.Tensor", "aten::heaviside"};
+  if (!kOps.count(e.functional) || args.size() < 2 || !args[0].isTensor() || !args[1].isTensor()) return std::nullopt;
+  auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+  };
+  try {
+    at::Tensor out;
+    const at::Tensor a = meta(args[0].toTensor()), b = meta(args[1].toTensor());
+    at::TensorIterator iter = at::TensorIterator::binary_op(out, a, b);
+    return iter.output();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 // Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
 // keeps the inputs' memory format, attention returns a transposed output,
 // ...): where that is a dense permutation other than the contiguous one, the
@@ -372,6 +396,9 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
     return;  // validate_once reports PyTorch's error
   }
   if (!meta || meta->size() != outputs.size()) return;
+  if (meta->size() == 1) {
+    if (std::optional<at::Tensor> m = iterator_layout(e, args)) (*meta)[0] = *m;
+  }
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& m = (*meta)[i];
@@ -752,5 +779,11 @@ void fallback_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback_kernel>());
 }
+
+}  // namespace tpu
+
+namespace tpu {
+
+uint32_t current_lowering_globals() { return lowering_globals(static_cast<uint8_t>(matmul_precision())); }
 
 }  // namespace tpu

@@ -20,6 +20,9 @@ std::vector<std::pair<std::string, int64_t>> fallback_counts();
 void set_cpu_fallback(bool enabled);
 bool cpu_fallback_enabled();
 
+// The process state lowerings read now (see lowering_globals in op_memo.h).
+uint32_t current_lowering_globals();
+
 void fallback_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace tpu

@@ -103,7 +103,8 @@ void set_execution_mode(std::string mode) { current_executor().set_mode(parse_mo
 std::string execution_mode() {
   switch (current_executor().mode()) {
     case exec::ExecutionMode::Debug: return "debug";
-    case exec::ExecutionMode::Fused: return "fused";
+    case exec::ExecutionMode::Fused:
+    case exec::ExecutionMode::Capture: return "fused";
     default: return "strict";
   }
 }

@@ -184,6 +184,12 @@ TpuAllocator g_allocator;
 
 c10::Allocator* tpu_allocator() { return &g_allocator; }
 
+namespace {
+thread_local int64_t t_materialized_writes = 0;
+}  // namespace
+int64_t thread_materialized_writes() { return t_materialized_writes; }
+void note_materialized_write() { ++t_materialized_writes; }
+
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 TpuStorage& storage_of(const c10::DataPtr& dp) {

@@ -15,6 +15,11 @@
 
 namespace tpu {
 
+// Values stored materialized (not by a recorded program) by the calling
+// thread: a torch.compile capture during which any was is not replayed.
+int64_t thread_materialized_writes();
+void note_materialized_write();
+
 class TpuStorage {
  public:
   TpuStorage(size_t nbytes, int device) : nbytes_(nbytes), device_(device) {}
@@ -39,6 +44,7 @@ class TpuStorage {
     return value_;
   }
   void set_value(pjrt::BufferPtr buffer, hlo::Type type) {
+    note_materialized_write();
     std::lock_guard<std::mutex> lock(mu_);
     value_.buffer = std::move(buffer);
     value_.type = std::move(type);

@@ -1,9 +1,11 @@
 #include "csrc/exec/deferred.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
+#include "csrc/exec/executable_cache.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/hlo/module.h"
 
@@ -18,6 +20,7 @@ void append_type(std::string& out, const hlo::Type& t) { t.append_to(out); }
 }  // namespace
 
 pjrt::BufferPtr DeferredValue::resolve() {
+  if (forward_) return forward_->resolve();
   if (DeferredGraph* g = graph_) g->flush();
   if (!error_.empty()) throw std::runtime_error(error_);
   if (!buffer_) throw std::logic_error("torch_tpu internal error: a deferred value was never computed");
@@ -39,42 +42,62 @@ DeferredStats DeferredGraph::stats() { return {g_recorded.load(), g_flushes.load
 
 size_t DeferredGraph::size() const {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  return calls_.size();
+  return rec_.calls.size();
 }
 
 DeferredGraph::Ref DeferredGraph::ref_for(const ProgramArg& a) {
   if (a.deferred && a.deferred->pending_in(this)) return Ref{a.deferred->call_, a.deferred->result_};
   pjrt::BufferPtr buf = a.deferred ? a.deferred->resolve() : a.buffer;
-  auto [it, inserted] = param_index_.emplace(buf.get(), static_cast<int>(params_.size()));
+  auto [it, inserted] = rec_.param_index.emplace(buf.get(), static_cast<int>(rec_.params.size()));
+  if (!inserted && capture_ && !(rec_.origins[it->second] == a.origin)) {
+    // A capture binds each origin again on its own (a cached scalar buffer
+    // may stand for a constant here and a CPU tensor's value there).
+    auto range = rec_.duplicates.equal_range(buf.get());
+    for (auto d = range.first; d != range.second; ++d) {
+      if (rec_.origins[d->second] == a.origin) return Ref{-1, d->second};
+    }
+    const int index = static_cast<int>(rec_.params.size());
+    rec_.duplicates.emplace(buf.get(), index);
+    rec_.params.push_back(std::move(buf));
+    rec_.param_types.push_back(a.type);
+    rec_.origins.push_back(a.origin);
+    return Ref{-1, index};
+  }
   if (inserted) {
-    params_.push_back(std::move(buf));
-    param_types_.push_back(a.type);
+    rec_.params.push_back(std::move(buf));
+    rec_.param_types.push_back(a.type);
+    rec_.origins.push_back(a.origin);
   }
   return Ref{-1, it->second};
 }
 
-std::vector<DeferredPtr> DeferredGraph::record(const std::string& name,
-                                               const std::function<std::string()>& function_text,
-                                               const std::vector<ProgramArg>& args,
-                                               const std::vector<hlo::Type>& results) {
+std::vector<DeferredPtr> DeferredGraph::record(
+    const std::string& name, const std::function<std::string()>& function_text, const std::vector<ProgramArg>& args,
+    const std::vector<hlo::Type>& results,
+    const std::vector<std::pair<std::string, std::function<std::string()>>>* callees) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   Call call;
   call.name = name;
   call.results = results;
   call.args.reserve(args.size());
   for (const ProgramArg& a : args) call.args.push_back(ref_for(a));
-  if (functions_.emplace(name, function_text).second) function_order_.push_back(name);
-  const int index = static_cast<int>(calls_.size());
-  calls_.push_back(std::move(call));
+  if (callees) {
+    for (const auto& [callee, text] : *callees) {
+      if (rec_.functions.emplace(callee, text).second) rec_.function_order.push_back(callee);
+    }
+  }
+  if (rec_.functions.emplace(name, function_text).second) rec_.function_order.push_back(name);
+  const int index = static_cast<int>(rec_.calls.size());
+  rec_.calls.push_back(std::move(call));
   std::vector<DeferredPtr> out;
   out.reserve(results.size());
   for (size_t r = 0; r < results.size(); ++r) {
     DeferredPtr v(new DeferredValue(this, results[r], index, static_cast<int>(r)));
-    produced_.push_back(v);
+    rec_.produced.push_back(v);
     out.push_back(std::move(v));
   }
   ++g_recorded;
-  if (calls_.size() >= max_programs()) flush_locked();
+  if (!capture_ && rec_.calls.size() >= max_programs()) flush_locked();
   return out;
 }
 
@@ -84,13 +107,13 @@ void DeferredGraph::add_check(DeferredPtr ok, std::string message) {
     runtime_.add_check(device_, ok->resolve(), std::move(message));
     return;
   }
-  checks_.emplace_back(std::move(ok), std::move(message));
+  rec_.checks.emplace_back(std::move(ok), std::move(message));
 }
 
 void DeferredGraph::replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  auto it = param_index_.find(old.get());
-  if (it != param_index_.end() && successor->pending_in(this)) successors_[it->second] = successor;
+  auto it = rec_.param_index.find(old.get());
+  if (it != rec_.param_index.end() && successor->pending_in(this)) rec_.successors[it->second] = successor;
 }
 
 void DeferredGraph::flush() {
@@ -98,130 +121,132 @@ void DeferredGraph::flush() {
   flush_locked();
 }
 
-void DeferredGraph::flush_locked() {
-  if (calls_.empty()) return;
-  // Take the graph; recording starts afresh even if running it fails.
-  std::vector<pjrt::BufferPtr> params;
-  params.swap(params_);
-  std::vector<hlo::Type> param_types;
-  param_types.swap(param_types_);
-  param_index_.clear();
-  std::vector<Call> calls;
-  calls.swap(calls_);
-  std::vector<std::string> order;
-  order.swap(function_order_);
-  std::unordered_map<std::string, std::function<std::string()>> functions;
-  functions.swap(functions_);
-  std::vector<std::weak_ptr<DeferredValue>> produced;
-  produced.swap(produced_);
-  std::vector<std::pair<DeferredPtr, std::string>> checks;
-  checks.swap(checks_);
-  std::unordered_map<int, std::weak_ptr<DeferredValue>> successors;
-  successors.swap(successors_);
-
-  // The outputs: every value something still holds, in recording order.
+std::vector<DeferredPtr> DeferredGraph::live_values(const Recording& r) {
   std::vector<DeferredPtr> live;
-  std::unordered_map<const DeferredValue*, size_t> out_index;
-  auto add_output = [&](const DeferredPtr& v) {
-    if (out_index.emplace(v.get(), live.size()).second) live.push_back(v);
+  std::unordered_map<const DeferredValue*, size_t> seen;
+  auto add = [&](const DeferredPtr& v) {
+    if (seen.emplace(v.get(), live.size()).second) live.push_back(v);
   };
-  for (auto& w : produced) {
-    if (DeferredPtr v = w.lock()) add_output(v);
+  for (auto& w : r.produced) {
+    if (DeferredPtr v = w.lock()) add(v);
   }
-  for (auto& [v, msg] : checks) add_output(v);
+  for (auto& [v, msg] : r.checks) add(v);
+  return live;
+}
 
-  auto value_name = [&](const Ref& r) {
-    if (r.call < 0) return "arg" + std::to_string(r.index);
-    std::string name = "c" + std::to_string(r.call);
-    if (calls[r.call].results.size() > 1) name += "#" + std::to_string(r.index);
+void DeferredGraph::write_calls(const Recording& r, const std::vector<DeferredPtr>& live, std::string& body,
+                                std::vector<std::string>& returned) {
+  auto value_name = [&](const Ref& ref) {
+    if (ref.call < 0) return "arg" + std::to_string(ref.index);
+    std::string name = "c" + std::to_string(ref.call);
+    if (r.calls[ref.call].results.size() > 1) name += "#" + std::to_string(ref.index);
     return name;
   };
-  auto ref_type = [&](const Ref& r) -> const hlo::Type& {
-    return r.call < 0 ? param_types[r.index] : calls[r.call].results[r.index];
+  auto ref_type = [&](const Ref& ref) -> const hlo::Type& {
+    return ref.call < 0 ? r.param_types[ref.index] : r.calls[ref.call].results[ref.index];
   };
+  for (size_t c = 0; c < r.calls.size(); ++c) {
+    const Call& call = r.calls[c];
+    body += "    ";
+    if (call.results.size() == 1) body += "%c" + std::to_string(c) + " = ";
+    if (call.results.size() > 1) body += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
+    body += "\"func.call\"(";
+    for (size_t a = 0; a < call.args.size(); ++a) {
+      if (a) body += ", ";
+      body += "%" + value_name(call.args[a]);
+    }
+    body += ") {callee = @" + call.name + "} : (";
+    for (size_t a = 0; a < call.args.size(); ++a) {
+      if (a) body += ", ";
+      append_type(body, ref_type(call.args[a]));
+    }
+    body += ") -> (";
+    for (size_t k = 0; k < call.results.size(); ++k) {
+      if (k) body += ", ";
+      append_type(body, call.results[k]);
+    }
+    body += ")\n";
+  }
+  for (const auto& v : live) returned.push_back(value_name(Ref{v->call_, v->result_}));
+}
+
+// The key: the graph's structure, naming each recorded function by its
+// fingerprint. It is far shorter than the module text, which is only built
+// when the key is not in the executable cache.
+std::string DeferredGraph::structure_key(const Recording& r, const std::vector<DeferredPtr>& live,
+                                         const std::vector<int>& alias) {
+  std::string key;
+  auto ref_key = [&](const Ref& ref) {
+    key += ref.call < 0 ? 'p' : 'c';
+    key += std::to_string(ref.call < 0 ? ref.index : ref.call);
+    if (ref.call >= 0) key += "." + std::to_string(ref.index);
+    key += ',';
+  };
+  for (size_t i = 0; i < r.params.size(); ++i) {
+    append_type(key, r.param_types[i]);
+    if (!alias.empty() && alias[i] >= 0) key += "=" + std::to_string(alias[i]);
+    key += ';';
+  }
+  for (const Call& call : r.calls) {
+    key += call.name;
+    key += '(';
+    for (const Ref& ref : call.args) ref_key(ref);
+    key += ')';
+  }
+  key += "->";
+  for (const auto& v : live) ref_key(Ref{v->call_, v->result_});
+  return key;
+}
+
+void DeferredGraph::flush_locked() {
+  if (rec_.calls.empty()) return;
+  if (capture_) ran_ = true;
+  // Take the graph; recording starts afresh even if running it fails.
+  Recording r;
+  std::swap(r, rec_);
+
+  // The outputs: every value something still holds, in recording order.
+  std::vector<DeferredPtr> live = live_values(r);
+  std::unordered_map<const DeferredValue*, size_t> out_index;
+  for (size_t k = 0; k < live.size(); ++k) out_index.emplace(live[k].get(), k);
 
   // Donation: a parameter buffer only this graph still holds gives its
   // memory to the value that replaced it in its storage (an optimizer's
   // update writes the parameter in place). Pairing each old value with its
   // own successor lets XLA update in place without copies.
-  std::vector<int> alias(params.size(), -1);
+  std::vector<int> alias(r.params.size(), -1);
   std::vector<bool> taken(live.size(), false);
-  for (const auto& [param, weak] : successors) {
+  for (const auto& [param, weak] : r.successors) {
     DeferredPtr next = weak.lock();
-    if (!next || params[param].use_count() != 1) continue;
+    if (!next || r.params[param].use_count() != 1) continue;
     auto out = out_index.find(next.get());
-    if (out == out_index.end() || taken[out->second] || next->type() != param_types[param]) continue;
+    if (out == out_index.end() || taken[out->second] || next->type() != r.param_types[param]) continue;
     alias[param] = static_cast<int>(out->second);
     taken[out->second] = true;
   }
-
-  // The key: the graph's structure, naming each recorded function by its
-  // fingerprint. It is far shorter than the module text, which is only
-  // built when the key is not in the executable cache.
-  std::string key = "fused:";
-  auto ref_key = [&](const Ref& r) {
-    key += r.call < 0 ? 'p' : 'c';
-    key += std::to_string(r.call < 0 ? r.index : r.call);
-    if (r.call >= 0) key += "." + std::to_string(r.index);
-    key += ',';
-  };
-  for (size_t i = 0; i < params.size(); ++i) {
-    append_type(key, param_types[i]);
-    if (alias[i] >= 0) key += "=" + std::to_string(alias[i]);
-    key += ';';
-  }
-  for (const Call& call : calls) {
-    key += call.name;
-    key += '(';
-    for (const Ref& r : call.args) ref_key(r);
-    key += ')';
-  }
-  key += "->";
-  for (const auto& v : live) ref_key(Ref{v->call_, v->result_});
+  const std::string key = "fused:" + structure_key(r, live, alias);
 
   // The module: the recorded functions, and a main that calls them in
   // order and returns the live values.
   auto build_text = [&] {
     hlo::Module module("tpu_fused");
-    for (const std::string& name : order) module.add_function(name, functions[name]);
+    for (const std::string& name : r.function_order) module.add_function(name, r.functions[name]);
     std::vector<hlo::Parameter> main_params;
-    for (size_t i = 0; i < params.size(); ++i) main_params.push_back({"arg" + std::to_string(i), param_types[i], alias[i]});
+    for (size_t i = 0; i < r.params.size(); ++i) {
+      main_params.push_back({"arg" + std::to_string(i), r.param_types[i], alias[i]});
+    }
     std::string body;
-    for (size_t c = 0; c < calls.size(); ++c) {
-      const Call& call = calls[c];
-      body += "    ";
-      if (call.results.size() == 1) body += "%c" + std::to_string(c) + " = ";
-      if (call.results.size() > 1) body += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
-      body += "\"func.call\"(";
-      for (size_t a = 0; a < call.args.size(); ++a) {
-        if (a) body += ", ";
-        body += "%" + value_name(call.args[a]);
-      }
-      body += ") {callee = @" + call.name + "} : (";
-      for (size_t a = 0; a < call.args.size(); ++a) {
-        if (a) body += ", ";
-        append_type(body, ref_type(call.args[a]));
-      }
-      body += ") -> (";
-      for (size_t r = 0; r < call.results.size(); ++r) {
-        if (r) body += ", ";
-        append_type(body, call.results[r]);
-      }
-      body += ")\n";
-    }
-    std::vector<hlo::Type> result_types;
     std::vector<std::string> returned;
-    for (const auto& v : live) {
-      result_types.push_back(v->type());
-      returned.push_back(value_name(Ref{v->call_, v->result_}));
-    }
+    write_calls(r, live, body, returned);
+    std::vector<hlo::Type> result_types;
+    for (const auto& v : live) result_types.push_back(v->type());
     module.set_main(main_params, result_types, std::move(body), std::move(returned));
     return module.text();
   };
 
   std::vector<pjrt::c::PJRT_Buffer*> raw;
-  raw.reserve(params.size());
-  for (const auto& p : params) raw.push_back(p->raw());
+  raw.reserve(r.params.size());
+  for (const auto& p : r.params) raw.push_back(p->raw());
   ++g_flushes;
   std::vector<pjrt::BufferPtr> outs;
   try {
@@ -234,12 +259,65 @@ void DeferredGraph::flush_locked() {
     }
     throw;
   }
-  params.clear();  // donated buffers are gone
+  r.params.clear();  // donated buffers are gone
   for (size_t k = 0; k < live.size(); ++k) {
     live[k]->buffer_ = outs[k];
     live[k]->graph_ = nullptr;
   }
-  for (auto& [v, msg] : checks) runtime_.add_check(device_, v->buffer_, std::move(msg));
+  for (auto& [v, msg] : r.checks) runtime_.add_check(device_, v->buffer_, std::move(msg));
+}
+
+std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  why->clear();
+  if (rec_.calls.empty()) return nullptr;
+  if (ran_) {
+    *why = "the graph had to run part-way (a value was read on the host, or the device synchronized)";
+  } else {
+    for (const Origin& o : rec_.origins) {
+      if (o.kind == Origin::Kind::Unknown) *why = "an operand was made outside the graph's programs (an upload)";
+    }
+  }
+  auto r = std::make_shared<Recording>();
+  std::swap(*r, rec_);
+  auto fn = std::make_shared<CapturedFunction>();
+  fn->values = live_values(*r);
+  for (const auto& v : fn->values) fn->result_types.push_back(v->type());
+  for (auto& [v, msg] : r->checks) {
+    for (size_t k = 0; k < fn->values.size(); ++k) {
+      if (fn->values[k] == v) fn->checks.emplace_back(static_cast<int>(k), msg);
+    }
+  }
+  const std::string key = structure_key(*r, fn->values, {});
+  char name[32];
+  std::snprintf(name, sizeof(name), "graph_%016llx", static_cast<unsigned long long>(fingerprint64(key)));
+  fn->name = name;
+  fn->param_types = r->param_types;
+  fn->origins = r->origins;
+  fn->buffers = r->params;
+  for (const std::string& callee : r->function_order) fn->callees.emplace_back(callee, r->functions[callee]);
+  // The text names values by their recording positions only: keep just the
+  // structure (the recording's values are dropped with it).
+  std::vector<std::string> returned;
+  auto body = std::make_shared<std::string>();
+  write_calls(*r, fn->values, *body, returned);
+  std::vector<hlo::Parameter> params;
+  for (size_t i = 0; i < r->params.size(); ++i) params.push_back({"arg" + std::to_string(i), r->param_types[i], -1});
+  const std::string head = "func.func private @" + fn->name;
+  fn->text = [head, params, results = fn->result_types, body, returned] {
+    std::string out;
+    hlo::write_function(out, head, params, results, *body, returned);
+    return out;
+  };
+  // The recorded values are computed by whoever records the function
+  // (forward_to): nothing runs this graph.
+  for (auto& w : r->produced) {
+    if (DeferredPtr v = w.lock()) {
+      v->graph_ = nullptr;
+      v->error_ = "torch_tpu internal error: a captured value was read before its graph was recorded";
+    }
+  }
+  return fn;
 }
 
 }  // namespace tpu::exec

@@ -38,6 +38,9 @@ class DeferredValue {
   // Whether the value is still waiting in `graph` (in any graph).
   bool pending_in(const DeferredGraph* graph) const;
   bool pending() const { return graph_ != nullptr; }
+  // A captured value (DeferredGraph::take_function) is computed by `to`:
+  // whoever still holds it reads that.
+  void forward_to(std::shared_ptr<DeferredValue> to) { forward_ = std::move(to); }
 
  private:
   friend class DeferredGraph;
@@ -48,8 +51,29 @@ class DeferredValue {
   int call_, result_;     // which recorded program produced it
   pjrt::BufferPtr buffer_;
   std::string error_;
+  std::shared_ptr<DeferredValue> forward_;
 };
 using DeferredPtr = std::shared_ptr<DeferredValue>;
+
+// Where an argument's value came from, as the op that made it knew: what a
+// captured graph (torch.compile) binds again at its next call. `ptr` names
+// the storage (c10::StorageImpl*) or the CPU tensor (c10::TensorImpl*).
+struct Origin {
+  enum class Kind : uint8_t {
+    Unknown,     // nothing to bind it from again (an upload, say)
+    Storage,     // the value of storage `ptr`
+    HostTensor,  // the number in CPU scalar tensor `ptr`, as `dtype` (`part` of a complex)
+    Rng,         // a fresh key of the device's default generator
+    Constant,    // the same buffer every call (a number of the graph)
+  };
+  Kind kind = Kind::Unknown;
+  int8_t part = -1;
+  hlo::DType dtype = hlo::DType::F32;
+  const void* ptr = nullptr;
+  bool operator==(const Origin& o) const {
+    return kind == o.kind && ptr == o.ptr && dtype == o.dtype && part == o.part;
+  }
+};
 
 // An argument of a recorded program: a materialized buffer or a value the
 // graph will produce.
@@ -57,6 +81,23 @@ struct ProgramArg {
   pjrt::BufferPtr buffer;
   DeferredPtr deferred;
   hlo::Type type;
+  Origin origin;
+};
+
+// A recorded graph taken as one private function (torch.compile's capture):
+// recording it into another graph later is one call instead of the ops.
+struct CapturedFunction {
+  std::string name;  // "graph_<fingerprint of the structure>"
+  std::function<std::string()> text;
+  std::vector<std::pair<std::string, std::function<std::string()>>> callees;
+  std::vector<hlo::Type> param_types;
+  std::vector<Origin> origins;          // per parameter
+  std::vector<pjrt::BufferPtr> buffers;  // per parameter: its value when captured
+  std::vector<hlo::Type> result_types;  // the values still held, then the checks' values
+  std::vector<std::pair<int, std::string>> checks;  // (result, message)
+  // The values captured (results in order); valid until the capture is
+  // bound to the tensors holding them.
+  std::vector<DeferredPtr> values;
 };
 
 struct DeferredStats {
@@ -66,15 +107,21 @@ struct DeferredStats {
 
 class DeferredGraph {
  public:
-  DeferredGraph(Runtime& runtime, int device) : runtime_(runtime), device_(device) {}
+  // `capture`: a graph that is never run by itself but taken as a function
+  // (take_function); it has no size limit.
+  DeferredGraph(Runtime& runtime, int device, bool capture = false)
+      : runtime_(runtime), device_(device), capture_(capture) {}
 
   // Records the program `function_text` (a private function named `name`,
   // see hlo::Builder::function) applied to `args`; returns its results.
   // Runs the graph once it holds `max_programs()` programs.
   // `function_text` is called only if the graph's program must be compiled
   // (the executable cache misses), so it must stay valid until then.
-  std::vector<DeferredPtr> record(const std::string& name, const std::function<std::string()>& function_text,
-                                  const std::vector<ProgramArg>& args, const std::vector<hlo::Type>& results);
+  // `callees`: functions that `function_text` calls (a captured graph's).
+  std::vector<DeferredPtr> record(
+      const std::string& name, const std::function<std::string()>& function_text, const std::vector<ProgramArg>& args,
+      const std::vector<hlo::Type>& results,
+      const std::vector<std::pair<std::string, std::function<std::string()>>>* callees = nullptr);
   // A device-side check (rank-0 pred) verified after the graph ran.
   void add_check(DeferredPtr ok, std::string message);
   // A storage that held `old` (maybe a parameter of this graph) now holds
@@ -87,6 +134,12 @@ class DeferredGraph {
   // held. Errors are thrown here and by every value of the failed graph.
   void flush();
   size_t size() const;
+
+  // A capture graph's recording as one function (null if nothing was
+  // recorded), leaving the graph empty. Its values wait for forward_to.
+  // `why` is empty when the function can be bound again from its
+  // parameters' origins at a later call, else it says why not.
+  std::shared_ptr<CapturedFunction> take_function(std::string* why);
 
   static size_t max_programs();  // TORCH_TPU_FUSED_MAX_OPS, default 2000
   static DeferredStats stats();
@@ -102,21 +155,37 @@ class DeferredGraph {
     std::vector<Ref> args;
     std::vector<hlo::Type> results;
   };
+  // What was recorded since the graph last ran.
+  struct Recording {
+    std::vector<pjrt::BufferPtr> params;
+    std::vector<hlo::Type> param_types;
+    std::vector<Origin> origins;
+    std::unordered_map<const pjrt::Buffer*, int> param_index;
+    std::unordered_map<int, std::weak_ptr<DeferredValue>> successors;  // by parameter
+    std::vector<Call> calls;
+    std::vector<std::string> function_order;
+    std::unordered_map<std::string, std::function<std::string()>> functions;  // texts, made on a miss
+    std::vector<std::weak_ptr<DeferredValue>> produced;
+    std::vector<std::pair<DeferredPtr, std::string>> checks;
+    std::unordered_multimap<const pjrt::Buffer*, int> duplicates;  // capture: a buffer's other origins
+  };
   Ref ref_for(const ProgramArg& a);
   void flush_locked();
+  // The values something still holds, in recording order, then the checks'.
+  static std::vector<DeferredPtr> live_values(const Recording& r);
+  // The calls of `r` as function body text returning `live`.
+  static void write_calls(const Recording& r, const std::vector<DeferredPtr>& live, std::string& body,
+                          std::vector<std::string>& returned);
+  // The structure of `r` returning `live` (parameters donated by `alias`).
+  static std::string structure_key(const Recording& r, const std::vector<DeferredPtr>& live,
+                                   const std::vector<int>& alias);
 
   Runtime& runtime_;
   const int device_;
+  const bool capture_;
+  bool ran_ = false;  // a capture graph that had to run by itself
   mutable std::recursive_mutex mu_;
-  std::vector<pjrt::BufferPtr> params_;
-  std::vector<hlo::Type> param_types_;
-  std::unordered_map<const pjrt::Buffer*, int> param_index_;
-  std::unordered_map<int, std::weak_ptr<DeferredValue>> successors_;  // by parameter
-  std::vector<Call> calls_;
-  std::vector<std::string> function_order_;
-  std::unordered_map<std::string, std::function<std::string()>> functions_;  // texts, made on a miss
-  std::vector<std::weak_ptr<DeferredValue>> produced_;
-  std::vector<std::pair<DeferredPtr, std::string>> checks_;
+  Recording rec_;
 };
 
 }  // namespace tpu::exec

@@ -41,7 +41,7 @@ DeferredGraph& Executor::graph(int device) {
   std::lock_guard<std::mutex> lock(mu_);
   if (graphs_.empty()) graphs_.resize(Runtime::get().device_count());
   std::unique_ptr<DeferredGraph>& g = graphs_.at(device);
-  if (!g) g = std::make_unique<DeferredGraph>(Runtime::get(), device);
+  if (!g) g = std::make_unique<DeferredGraph>(Runtime::get(), device, mode() == ExecutionMode::Capture);
   return *g;
 }
 

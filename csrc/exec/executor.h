@@ -23,7 +23,9 @@ class DeferredGraph;
 // Debug: wait for every program and surface its errors at the op that ran it.
 // Strict: asynchronous; the host waits only when it reads a value.
 // Fused: programs are recorded into a DeferredGraph and run together.
-enum class ExecutionMode { Debug, Strict, Fused };
+// Capture: recorded as in fused mode, into graphs that are taken as one
+// function each (torch.compile replays a graph through them).
+enum class ExecutionMode { Debug, Strict, Fused, Capture };
 
 class Executor {
  public:
@@ -34,7 +36,7 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   ExecutionMode mode() const { return mode_.load(std::memory_order_relaxed); }
-  bool fused() const { return mode() == ExecutionMode::Fused; }
+  bool fused() const { return mode() == ExecutionMode::Fused || mode() == ExecutionMode::Capture; }
   // Debug mode: every program is waited for, every check verified at once.
   bool waits() const { return mode() == ExecutionMode::Debug; }
   // Leaving fused mode runs what was deferred.

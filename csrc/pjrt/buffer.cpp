@@ -89,12 +89,15 @@ size_t Buffer::on_device_size_in_bytes() const {
 
 namespace {
 std::atomic<int64_t> g_host_reads{0};
+thread_local int64_t t_host_reads = 0;
 }  // namespace
 
 int64_t Buffer::host_reads() { return g_host_reads.load(); }
+int64_t Buffer::thread_host_reads() { return t_host_reads; }
 
 void Buffer::to_host(void* dst, size_t nbytes) const {
   ++g_host_reads;
+  ++t_host_reads;
   auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
   args.src = buffer_;
   args.dst = dst;

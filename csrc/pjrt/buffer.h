@@ -55,6 +55,8 @@ class Buffer {
   // How many to_host reads the process made (each one waits for the device):
   // tests use it to prove a loop never synchronizes.
   static int64_t host_reads();
+  // The calling thread's reads (a torch.compile capture with any is not replayed).
+  static int64_t thread_host_reads();
 
   // Block until the buffer's producer finished; throws its error if it failed.
   void await_ready() const;

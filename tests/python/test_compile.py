@@ -345,3 +345,143 @@ def test_a_failing_graph_leaves_its_inputs_unchanged():
     with pytest.raises(NotImplementedError, match="linalg_eig"):
         torch.compile(f, backend="tpu")(p, torch.eye(3, device="tpu"))
     assert_same(p, torch.zeros(3))
+
+
+# ---- captured graphs replayed (csrc/aten/graph_replay.cpp) -----------------------------
+
+
+def _ops_dispatched():
+    c = torch_tpu.counters()
+    return c["programs_built"] + c["programs_reused"]
+
+
+def _stat(key):
+    return torch_tpu.compiler.stats()[key]
+
+
+def test_a_warm_graph_is_replayed_without_dispatching_its_ops():
+    torch.manual_seed(0)
+    cpu_model = MLP(d_in=16, hidden=32, classes=5, depth=3)
+    model = copy.deepcopy(cpu_model).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    with torch.no_grad():
+        compiled(torch.randn(8, 16, device="tpu")).cpu()
+        xs = [torch.randn(8, 16, device="tpu") for _ in range(3)]
+        before = _ops_dispatched()
+        outs = [compiled(x) for x in xs]
+        assert _ops_dispatched() == before  # no op went through the dispatcher
+        assert _stat("replays") == 3 and _stat("captures") == 1
+        for x, out in zip(xs, outs):  # each call computed its own input's result
+            assert_same(out, cpu_model(x.cpu()), rtol=1e-5, atol=1e-5)
+
+
+def test_a_replay_reads_each_calls_cpu_scalars_and_host_updates():
+    """An optimizer's step count lives in a CPU tensor that the graph
+    increments on the host and the device ops read: a replay runs the host
+    part and binds the new values."""
+    def f(x, step, lr):
+        step.add_(1)
+        return x * (1 - 0.9 ** step) + lr
+
+    x = torch.randn(5)
+    step, step_t = torch.tensor(0.0), torch.tensor(0.0)
+    compiled = torch.compile(f, backend="tpu")
+    for i in range(4):
+        lr = torch.tensor(0.1 * (i + 1))
+        assert_same(compiled(x.to("tpu"), step_t, lr), f(x, step, lr), rtol=1e-6, atol=1e-6)
+        assert step_t.item() == step.item() == i + 1
+    assert _stat("replays") >= 2
+
+
+def test_a_replay_writes_mutated_inputs_and_batchnorm_statistics():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    tpu_model = copy.deepcopy(model).to("tpu")
+    compiled = torch.compile(tpu_model, backend="tpu")
+    for i in range(4):
+        x = torch.randn(2, 3, 8, 8)
+        assert_same(compiled(x.to("tpu")), model(x).detach(), rtol=1e-4, atol=1e-4)
+    for b, c in zip(tpu_model.buffers(), model.buffers()):
+        assert_same(b, c, rtol=1e-5, atol=1e-5)
+    assert _stat("replays") >= 2
+
+
+def test_a_replay_inside_fused_eager_joins_the_callers_program():
+    def f(x, w):
+        return torch.tanh(x @ w)
+
+    compiled = torch.compile(f, backend="tpu")
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    tx, tw = x.to("tpu"), w.to("tpu")
+    compiled(tx, tw).cpu()
+    torch.tpu.synchronize()
+    runs = torch_tpu.counters()["executions"]
+    with torch_tpu.execution_mode("fused"):
+        y = compiled(tx * 2, tw) + 1  # the input is pending in the caller's graph
+        z = compiled(y, tw)
+    z.cpu()
+    assert torch_tpu.counters()["executions"] - runs == 1
+    assert_same(z, f(f(x * 2, w) + 1, w), rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_that_cannot_be_replayed_runs_its_ops_each_call():
+    """Here an op computes on the CPU (the fallback uploads its result): that
+    signature is never replayed, and every call is still right."""
+    def f(x):
+        return torch.linalg.eigvals(x @ x.t() + torch.eye(3, device=x.device)).real.sum() * 2
+
+    torch_tpu.set_cpu_fallback(True)
+    try:
+        compiled = torch.compile(f, backend="tpu")
+        for _ in range(3):
+            x = torch.randn(3, 3)
+            assert_same(compiled(x.to("tpu")), f(x), rtol=1e-4, atol=1e-4)
+    finally:
+        torch_tpu.set_cpu_fallback(False)
+    assert _stat("replays") == 0 and _stat("op_runs") >= 2
+
+
+def test_replayed_dropout_draws_like_the_graph_run_op_by_op():
+    def f(x):
+        return F.dropout(x, p=0.5, training=True).sum(0)
+
+    x = torch.ones(16, 32, device="tpu")
+    compiled = torch.compile(f, backend="tpu")
+    torch.manual_seed(3)
+    replayed = [compiled(x).cpu() for _ in range(3)]
+    assert _stat("replays") == 2
+    torch._dynamo.reset()
+    torch_tpu.compiler._replay_enabled = False
+    try:
+        torch.manual_seed(3)
+        by_ops = [torch.compile(f, backend="tpu")(x).cpu() for _ in range(3)]
+    finally:
+        torch_tpu.compiler._replay_enabled = True
+    for a, b in zip(replayed, by_ops):
+        assert torch.equal(a, b)
+    assert not torch.equal(replayed[1], replayed[2])
+
+
+def test_a_growing_length_is_bounded_and_buckets_fix_it(monkeypatch):
+    """A loop whose length grows by one each call would compile a program
+    per length: past config.max_shapes the call says what to do instead;
+    padding to buckets (with a mask) keeps it to a few programs."""
+    monkeypatch.setattr(torch_tpu.compiler.config, "max_shapes", 4)
+    torch_tpu.compiler._warned_dynamic = True
+
+    def step(x, mask):
+        return (x * mask).sum(-1)
+
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    with pytest.raises(torch_tpu.compiler.CompileError, match="pad_to_bucket"):
+        for n in range(1, 10):
+            compiled(torch.ones(2, n, device="tpu"), torch.ones(2, n, device="tpu"))
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="tpu", dynamic=True)
+    for n in (1, 5, 17, 30, 33, 40):
+        x = torch.randn(2, n)
+        px, length = torch_tpu.compiler.pad_to_bucket(x.to("tpu"), 1)
+        mask, _ = torch_tpu.compiler.pad_to_bucket(torch.ones(2, n, device="tpu"), 1)
+        assert length == n and px.shape[1] in (16, 32, 64)
+        assert_same(compiled(px, mask), x.sum(-1), rtol=1e-5, atol=1e-5)
+    assert torch_tpu.compiler.bucket(17, [8, 24, 48]) == 24

@@ -250,3 +250,28 @@ def test_complex_random_tensors(dtype):
     a = torch.randn(3, 4, dtype=dtype, device="tpu").cpu()
     torch.manual_seed(5)
     assert torch.equal(torch.randn(3, 4, dtype=dtype, device="tpu").cpu(), a)
+
+
+_T = lambda: torch.randn(3, 4).t().abs() + 0.5  # noqa: E731  (strides (1, 4))
+_LAYOUT_OPERANDS = {
+    "transposed,contiguous": lambda: (_T(), torch.randn(4, 3).abs() + 0.5),
+    "contiguous,transposed": lambda: (torch.randn(4, 3).abs() + 0.5, _T()),
+    "one_element,transposed": lambda: (torch.randn(1, 1).abs() + 0.5, _T()),
+    "zero_dim,transposed": lambda: (torch.tensor(1.5), _T()),
+    "transposed,one_element": lambda: (_T(), torch.randn(1, 1).abs() + 0.5),
+}
+
+
+@pytest.mark.parametrize("operands", sorted(_LAYOUT_OPERANDS))
+@pytest.mark.parametrize("op", ["floor_divide", "logical_and", "logical_or", "logical_xor", "copysign", "xlogy",
+                                "heaviside", "add", "mul", "maximum", "atan2"])
+def test_binary_results_are_laid_out_as_on_cpu(op, operands):
+    """Results take CPU's strides (TensorIterator's rule), also for the ops
+    whose meta kernels lay results out otherwise: a later view or in-place
+    write then behaves as on CPU."""
+    a, b = _LAYOUT_OPERANDS[operands]()
+    fn = getattr(torch, op)
+    want = fn(a, b)
+    got = fn(a.to("tpu"), b.to("tpu"))
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    assert_same(got, want)
