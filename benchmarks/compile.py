@@ -5,13 +5,17 @@
 For each model (MLP 3x128, CNN, GPT 4x128, GPT 6x384) and for a training
 step (forward, backward, AdamW, all inside one compiled function) and a GPT
 forward, prints side by side in one run, medians:
-  - step time: compiled tpu, strict eager tpu, fused eager tpu, CPU eager,
-    torch.compile with Inductor on CPU (same cores);
+  - step time: compiled tpu (called from strict eager, and from fused
+    eager, where the step's graphs become one program), strict eager tpu,
+    fused eager tpu, CPU eager, torch.compile with Inductor on CPU (same
+    cores);
   - the first step (compilation included) of compiled tpu and of Inductor,
     each in a fresh process with an empty cache;
   - programs run per step on tpu (compiled and strict).
-The contenders alternate within each repeat, so drift of this shared
-machine's speed hits all of them alike.
+The contenders alternate within each repeat, and the order rotates from
+one repeat to the next: drift of this shared machine's speed hits all of
+them alike, and so does the slot right after the CPU contenders (whose
+OpenMP threads keep spinning for a while after they finish).
 """
 
 import argparse
@@ -51,7 +55,9 @@ def case(name):
 
 def make_step(name, device, how):
     """A function running one step of `name` on `device`; `how` is "eager",
-    "compiled" (backend tpu on tpu, Inductor on CPU) or "fused"."""
+    "compiled" (backend tpu on tpu, Inductor on CPU), "fused", or
+    "compiled_fused" (compiled, called inside fused eager: the step's graphs
+    join one program)."""
     model, x, y = case(name)
     model = copy.deepcopy(model).to(device)
     x, y = x.to(device), y.to(device)
@@ -73,13 +79,13 @@ def make_step(name, device, how):
             return model(x)
 
     fn = forward if forward_only else train_step
-    if how == "compiled":
+    if how in ("compiled", "compiled_fused"):
         # dynamic=False: the cases share this code object, so Dynamo would
         # otherwise make their shapes dynamic from the second case on
         fn = torch.compile(fn, backend="tpu" if device == "tpu" else "inductor", dynamic=False)
 
     def run():
-        if how == "fused":
+        if how in ("fused", "compiled_fused"):
             with torch_tpu.execution_mode("fused"):
                 out = fn()
         elif device == "tpu":
@@ -131,10 +137,11 @@ def main():
     info = torch_tpu.plugin_info()
     print(f"tpu: {info['platform']} PJRT plugin; torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
           f"medians of {args.repeats}, contenders interleaved")
-    contenders = [("compiled tpu", "tpu", "compiled"), ("strict tpu", "tpu", "eager"), ("fused tpu", "tpu", "fused"),
+    contenders = [("compiled tpu", "tpu", "compiled"), ("comp+fused", "tpu", "compiled_fused"),
+                  ("strict tpu", "tpu", "eager"), ("fused tpu", "tpu", "fused"),
                   ("CPU eager", "cpu", "eager"), ("Inductor CPU", "cpu", "compiled")]
     print(f"\n{'case':20s}" + "".join(f"{c[0]:>14s}" for c in contenders) +
-          f"{'strict/comp':>12s}{'comp/Ind':>10s}{'progs c/s':>11s}")
+          f"{'strict/comp':>12s}{'comp/Ind':>10s}{'c+f/Ind':>9s}{'progs c/c+f/s':>15s}")
     cases = CASES[:2] + CASES[-1:] if args.quick else CASES
     firsts = {}
     for name in cases:
@@ -143,15 +150,17 @@ def main():
             r()
             r()
         times = [[] for _ in runs]
-        for _ in range(args.repeats):
-            for k, r in enumerate(runs):
+        for rep in range(args.repeats):
+            for j in range(len(runs)):
+                k = (j + rep) % len(runs)
                 t0 = time.perf_counter()
-                r()
+                runs[k]()
                 times[k].append(time.perf_counter() - t0)
         med = [statistics.median(t) for t in times]
-        progs = (programs_per_step(runs[0]), programs_per_step(runs[1]))
+        progs = (programs_per_step(runs[0]), programs_per_step(runs[1]), programs_per_step(runs[2]))
         print(f"{name:20s}" + "".join(f"{m * 1e3:12.2f}ms" for m in med) +
-              f"{med[1] / med[0]:12.2f}{med[0] / med[4]:10.2f}{progs[0]:>6d}/{progs[1]:<4d}")
+              f"{med[2] / med[0]:12.2f}{med[0] / med[5]:10.2f}{med[1] / med[5]:9.2f}"
+              f"{progs[0]:>7d}/{progs[1]}/{progs[2]:<4d}")
         if not args.quick:
             firsts[name] = (first_step(name, "tpu"), first_step(name, "cpu"))
     if firsts:

@@ -680,7 +680,7 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       // laid out column by column (strides 1, count).
       hlo::Builder& b = p.builder();
       const hlo::Dims dims = b.dims(outputs[0]);
-      if (dims.size() == 2 && dims[0] > 1 && dims[1] > 1) {
+      if (dims.size() == 2) {  // (also the degenerate counts and ranks: CPU's strides are still (1, count))
         outputs[0] = b.transpose(outputs[0], {1, 0});
         p.result_layout(0, dims, {1, dims[0]});
       }

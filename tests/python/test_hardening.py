@@ -275,3 +275,16 @@ def test_binary_results_are_laid_out_as_on_cpu(op, operands):
     got = fn(a.to("tpu"), b.to("tpu"))
     assert got.stride() == want.stride(), (got.stride(), want.stride())
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("x", [0.0, 1.0, [1.0, 1.0, 0.0], [0.0, 0.0], "zeros23", "eye2", [[1.0, 0.0, 0.0]], "zeros03"],
+                         ids=str)
+def test_nonzero_is_laid_out_column_by_column_as_on_cpu(x):
+    """CPU's nonzero is [count, rank] with strides (1, count), also for a
+    count or rank of 0 or 1 (0-dim inputs included)."""
+    t = {"zeros23": torch.zeros(2, 3), "eye2": torch.eye(2), "zeros03": torch.zeros(0, 3)}.get(x) \
+        if isinstance(x, str) else torch.tensor(x)
+    want = torch.nonzero(t)
+    got = torch.nonzero(t.to("tpu"))
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    assert_same(got, want)
