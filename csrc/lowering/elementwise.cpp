@@ -103,9 +103,24 @@ std::vector<Value> lower_rsub(Context& c) {
   return one(cast(c.b, add_scaled(c, p.b, p.a, 2, p.compute, true), p.type));
 }
 
+// A bool operand of a float product: XLA rewrites convert(pred) * x as
+// select(pred, x, 0), which loses false * nan = nan and false * inf = nan
+// (and -0.0); select(pred, x, x * 0) keeps IEEE's products.
+Value mul_by_bool(Builder& b, Value pred, Value x) {
+  return b.select(b.broadcast_to(pred, b.dims(x)), x, b.mul(x, b.zeros(b.type(x))));
+}
+
 std::vector<Value> lower_mul(Context& c) {
   Promoted p = promote2(c, 0, 1, true);
-  Value r = p.compute == at::kBool ? c.b.and_(p.a, p.b) : c.b.mul(p.a, p.b);
+  auto is_bool = [&](size_t i) { return c.args.is_tensor(i) && c.args.info(i).dtype == at::kBool; };
+  Value r;
+  if (p.compute == at::kBool) {
+    r = c.b.and_(p.a, p.b);
+  } else if (at::isFloatingType(p.compute) && is_bool(0) != is_bool(1)) {
+    r = is_bool(0) ? mul_by_bool(c.b, c.args.tensor(0), p.b) : mul_by_bool(c.b, c.args.tensor(1), p.a);
+  } else {
+    r = c.b.mul(p.a, p.b);
+  }
   return one(cast(c.b, r, p.type));
 }
 

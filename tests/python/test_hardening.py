@@ -288,3 +288,19 @@ def test_nonzero_is_laid_out_column_by_column_as_on_cpu(x):
     got = torch.nonzero(t.to("tpu"))
     assert got.stride() == want.stride(), (got.stride(), want.stride())
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("order", ["bool_first", "bool_second"])
+def test_a_bool_times_nan_or_inf_is_nan_as_on_cpu(dtype, order):
+    """false * nan and false * inf are nan (and false * -3 is -0.0): XLA's
+    rewrite of convert(pred) * x into a select must not change that."""
+    b = torch.tensor([True, False, True, False, False])
+    for x in (torch.tensor(float("nan"), dtype=dtype), torch.tensor(float("inf"), dtype=dtype),
+              torch.tensor([-3.0, float("-inf"), 2.0, float("nan"), -0.5], dtype=dtype)):
+        args = (b, x) if order == "bool_first" else (x, b)
+        want = torch.mul(*args)
+        got = torch.mul(*[a.to("tpu") for a in args])
+        assert_same(got, want)
+        finite = ~want.isnan()  # (a NaN's sign is not specified)
+        assert torch.equal(got.cpu().signbit()[finite], want.signbit()[finite])
