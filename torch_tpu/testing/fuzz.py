@@ -439,9 +439,15 @@ def run_program(torch, p: Program, device: str):
     return values, errors, low, expected, written
 
 
-def _close(torch, a, b, low: bool, loose: bool = False) -> bool:
+# Ops whose rounding error grows with the number of elements they combine:
+# in bfloat16 CPU's own result depends on the input's layout (a strided
+# prod of 50 values is 4 ulps from the contiguous one).
+_COMPOUNDING = frozenset({"prod", "cumprod"})
+
+
+def _close(torch, a, b, low: bool, loose: bool = False, compounding: bool = False) -> bool:
     if a.dtype.is_floating_point:
-        tol = 2e-2 if low else (1e-3 if loose else 1e-4)
+        tol = (6e-2 if compounding else 2e-2) if low else (1e-3 if loose else 1e-4)
         return torch.allclose(a.float(), b.float(), rtol=tol, atol=tol, equal_nan=True)
     return torch.equal(a, b)
 
@@ -484,7 +490,8 @@ def compare(torch, p: Program, cpu, tpu) -> str | None:
         # The op's values when it ran, against CPU's on the same inputs.
         if k >= n_in and expected[k] is not None:
             want, got = expected[k]
-            if want.shape == got.shape and not _close(torch, want, got, low[k]):
+            if want.shape == got.shape and not _close(torch, want, got, low[k],
+                                                      compounding=p.steps[k - n_in].op in _COMPOUNDING):
                 return (f"{where}: values differ: CPU {want.flatten()[:8].tolist()} "
                         f"tpu {got.flatten()[:8].tolist()}")
         # The final values of tensors written after they were made (through
