@@ -184,3 +184,77 @@ def test_pipeline_on_tpu_generates_cpu_tokens():
     pipe = transformers.pipeline("text-generation", model=model, tokenizer=tok, device="tpu")
     assert pipe.device.type == "tpu" and next(pipe.model.parameters()).device.type == "tpu"
     assert pipe(prompt, **kw) == cpu
+
+
+def _family(name):
+    T = transformers
+    no_drop = dict(hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    if name == "bert":
+        return T.BertForMaskedLM(T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                              intermediate_size=64, max_position_embeddings=32, **no_drop)), "tokens"
+    if name == "t5":
+        return T.T5ForConditionalGeneration(T.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                       num_heads=4, dropout_rate=0, decoder_start_token_id=0)), "seq2seq"
+    if name == "bart":
+        return T.BartForConditionalGeneration(T.BartConfig(
+            vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32, dropout=0,
+            attention_dropout=0, activation_dropout=0)), "seq2seq"
+    if name == "vit":
+        return T.ViTForImageClassification(T.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32,
+                                                       num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                                       num_labels=5, **no_drop)), "image"
+    if name == "resnet":
+        return T.ResNetForImageClassification(T.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
+                                                             depths=[1, 1], num_labels=5)), "image"
+    if name == "convnext":
+        return T.ConvNextForImageClassification(T.ConvNextConfig(num_channels=3, hidden_sizes=[8, 16], depths=[1, 1],
+                                                                 num_labels=5, image_size=16, num_stages=2)), "image"
+    if name == "whisper":
+        return T.WhisperForConditionalGeneration(T.WhisperConfig(
+            vocab_size=64, num_mel_bins=8, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
+            max_target_positions=16, dropout=0, decoder_start_token_id=1, pad_token_id=0)), "audio"
+    return T.GemmaForCausalLM(T.GemmaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                            num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                                            max_position_embeddings=32)), "tokens"
+
+
+def _family_batch(kind, g):
+    if kind == "tokens":
+        ids = torch.randint(0, 64, (2, 12), generator=g)
+        return dict(input_ids=ids, labels=ids, attention_mask=torch.ones(2, 12, dtype=torch.long))
+    if kind == "seq2seq":
+        return dict(input_ids=torch.randint(1, 64, (2, 10), generator=g), labels=torch.randint(1, 64, (2, 7), generator=g))
+    if kind == "image":
+        return dict(pixel_values=torch.randn(2, 3, 16, 16, generator=g), labels=torch.randint(0, 5, (2,), generator=g))
+    return dict(input_features=torch.randn(2, 8, 32, generator=g), labels=torch.randint(2, 64, (2, 6), generator=g))
+
+
+@pytest.mark.parametrize("name", ["bert", "t5", "bart", "vit", "resnet", "convnext", "whisper", "gemma"])
+def test_model_families_train_with_cpu_losses(name):
+    """Encoders, encoder-decoders, vision (attention and convolutional) and
+    speech models: three AdamW steps give CPU's losses and weights."""
+    torch.manual_seed(0)
+    model, kind = _family(name)
+    g = torch.Generator().manual_seed(1)
+    batches = [_family_batch(kind, g) for _ in range(3)]
+
+    def run(device):
+        m = copy.deepcopy(model).to(device)
+        m.train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        losses = []
+        for b in batches:
+            out = m(**{k: v.to(device) for k, v in b.items()})
+            opt.zero_grad()
+            out.loss.backward()
+            opt.step()
+            losses.append(out.loss.detach().cpu())
+        return torch.stack(losses), m
+
+    cpu, cpu_model = run("cpu")
+    tpu, tpu_model = run("tpu")
+    torch.testing.assert_close(tpu, cpu, rtol=1e-5, atol=1e-5)
+    for p, q in zip(tpu_model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
