@@ -81,6 +81,10 @@ _fastpath.register()
 compiler.register()
 _accelerate.install()
 distributed.register()
+# torch.profiler's device activity: each program run on a tpu device is a
+# kernel span under the op that started it (csrc/aten/profiler.cpp).
+if torch.autograd.kineto_available():
+    _ops._register_profiler()
 
 
 def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:

@@ -121,6 +121,12 @@ const pjrt::Device& Runtime::device(int index) const {
   return client_->devices()[index];
 }
 
+namespace {
+std::atomic<Runtime::ExecutionObserver> g_observer{nullptr};
+}  // namespace
+
+void Runtime::set_execution_observer(ExecutionObserver observer) { g_observer.store(observer); }
+
 std::vector<pjrt::BufferPtr> Runtime::run(const std::string& program,
                                           const std::vector<pjrt::c::PJRT_Buffer*>& args,
                                           int device_index, bool wait) {
@@ -133,9 +139,13 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
   pjrt::ExecutablePtr exe = cache_->get_or_compile(key, program, compile_options_);
   const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
   ++executions_;
-  std::unique_ptr<pjrt::Event> done;
-  std::vector<pjrt::BufferPtr> out = exe->execute(args, dev, &done);
-  if (!done) return out;
+  std::unique_ptr<pjrt::Event> completion;
+  std::vector<pjrt::BufferPtr> out = exe->execute(args, dev, &completion);
+  if (!completion) return out;
+  std::shared_ptr<pjrt::Event> done(std::move(completion));
+  if (ExecutionObserver observe = g_observer.load(std::memory_order_acquire)) {
+    observe(device_index, done, key.compare(0, 6, "fused:") == 0);
+  }
   if (wait) {
     done->await();
     return out;

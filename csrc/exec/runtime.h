@@ -81,6 +81,12 @@ class Runtime {
   // Executions started (for tests and statistics).
   int64_t executions() const { return executions_; }
 
+  // Told of every program started, on the launching thread (the profiler's
+  // device activity, csrc/aten/profiler.cpp): its device, its completion,
+  // and whether it is a fused graph. One observer; null: none.
+  using ExecutionObserver = void (*)(int device, const std::shared_ptr<pjrt::Event>& done, bool fused);
+  static void set_execution_observer(ExecutionObserver observer);
+
  private:
   Runtime(const RuntimeConfig& config);
   std::shared_ptr<pjrt::Api> api_;
