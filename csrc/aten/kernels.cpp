@@ -477,8 +477,18 @@ void add_targets(std::vector<Target>& out, const std::vector<c10::IValue>& args,
   }
 }
 
+// Whether an in-place op writes one number wherever it writes (masked_fill_,
+// index_put_ of a single value without accumulate): into an expanded
+// tensor, every alias of a location then writes the same value, and CPU
+// allows it (with a deprecation warning).
+bool writes_one_value(const std::string& functional, const std::vector<c10::IValue>& args) {
+  if (functional == "aten::masked_fill.Scalar" || functional == "aten::masked_fill.Tensor") return true;
+  if (functional != "aten::index_put" || args.size() < 4) return false;
+  return args[2].isTensor() && args[2].toTensor().numel() == 1 && args[3].isBool() && !args[3].toBool();
+}
+
 void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosition pos,
-                const std::string& functional) {
+                const std::string& functional, bool one_value = false) {
   hlo::Builder& b = p.builder();
   const at::ScalarType rt = to_aten(b.dtype(v));
   if (!c10::canCast(rt, dst.scalar_type())) {
@@ -498,19 +508,50 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosi
   // (fill_ of a Scalar, zero_), which CPU allows: every alias gets the same
   // value, so writing one element of each expanded dimension is the write.
   if (at::has_internal_overlap(dst) == at::MemOverlap::Yes) {
-    TORCH_CHECK(functional == "aten::fill.Scalar" || functional == "aten::zero",
+    const bool masked = one_value && !dst.is_complex();
+    TORCH_CHECK(functional == "aten::fill.Scalar" || functional == "aten::zero" || masked,
                 "unsupported operation: more than one element of the written-to tensor refers to a "
                 "single memory location. Please clone() the tensor before performing the operation.");
     at::Tensor once = dst;
     Value vonce = v;
+    hlo::Dims aliased;
     for (int64_t d = 0; d < dst.dim(); ++d) {
       if (dst.stride(d) == 0 && dst.size(d) > 1) {
         once = once.narrow(d, 0, 1);
         vonce = b.slice_dim(vonce, d, 0, 1);
+        aliased.push_back(d);
       }
     }
     p.not_replayable();  // the view written is not the argument's own
-    p.assign(once, b.convert(vonce, to_hlo(dst.scalar_type())), pos);
+    const hlo::DType dt = to_hlo(dst.scalar_type());
+    if (masked) {
+      // CPU (with a deprecation warning) writes the value wherever any
+      // alias of a location is written: every write is the same number, so
+      // a location holds it if any of its aliases differs from the old one.
+      TORCH_WARN_ONCE("Use of ", functional == "aten::index_put" ? "index_put_" : "masked_fill_",
+                      " on expanded tensors is deprecated. Please clone() the tensor before performing this "
+                      "operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
+      const Value vd = b.convert(v, dt);
+      const Value old = p.input(once, pos);
+      const Value old_all = b.broadcast_to(old, b.dims(vd));
+      const bool is_pred = dt == hlo::DType::Pred;
+      const hlo::DType bits_t = is_pred ? hlo::DType::Pred : hlo::int_type_of_width(hlo::bit_width(dt));
+      auto bits = [&](Value x) { return is_pred || hlo::is_int(dt) ? x : b.bitcast_convert(x, bits_t); };
+      const Value changed = b.compare(hlo::Cmp::NE, bits(vd), bits(old_all));
+      const Value any = b.reshape(b.reduce(changed, b.constant_bool(false), aliased, "stablehlo.or"), b.dims(old));
+      Value written;
+      if (is_pred) {
+        written = b.not_(old);
+      } else {
+        const Value low = b.lowest(bits_t);
+        const Value picked = b.select(changed, bits(vd), b.broadcast_to(low, b.dims(vd)));
+        written = b.reshape(b.reduce(picked, low, aliased, "stablehlo.maximum"), b.dims(old));
+        if (!hlo::is_int(dt)) written = b.bitcast_convert(written, dt);
+      }
+      p.assign(once, b.select(any, written, old), pos);
+      return;
+    }
+    p.assign(once, b.convert(vonce, dt), pos);
     return;
   }
   p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())), pos);
@@ -697,7 +738,8 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
                   " returned ", results.size(), " results for ", dsts.size(), " outputs");
       for (size_t k = 0; k < dsts.size(); ++k) {
-        write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos, e.functional);
+        write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos, e.functional,
+                   e.kind == VariantKind::Inplace && writes_one_value(e.functional, args));
       }
     }
   }

@@ -20,6 +20,10 @@ bool is_complex(DType t);
 bool is_signed_int(DType t);
 bool is_unsigned_int(DType t);
 inline bool is_int(DType t) { return is_signed_int(t) || is_unsigned_int(t); }
+// The signed integer type of `bits` bits (8, 16, 32, 64): a float's bits.
+inline DType int_type_of_width(int bits) {
+  return bits == 8 ? DType::I8 : bits == 16 ? DType::I16 : bits == 32 ? DType::I32 : DType::I64;
+}
 // The real type of a complex type (f32 for c64); `t` itself otherwise.
 DType real_type(DType t);
 

@@ -304,3 +304,32 @@ def test_a_bool_times_nan_or_inf_is_nan_as_on_cpu(dtype, order):
         assert_same(got, want)
         finite = ~want.isnan()  # (a NaN's sign is not specified)
         assert torch.equal(got.cpu().signbit()[finite], want.signbit()[finite])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("shapes", [((3,), (2, 3), (2, 3)), ((4, 1), (4, 5), (4, 5)), ((1, 3), (4, 3), (3,)),
+                                    ((2, 1, 3), (2, 4, 3), (2, 4, 3))], ids=str)
+def test_masked_fill_into_an_expanded_tensor_writes_as_cpu(dtype, shapes):
+    """CPU (with a deprecation warning) fills a location wherever any of
+    its aliases is masked; so does tpu, in every mode."""
+    base_shape, expanded, mask_shape = shapes
+    g = torch.Generator().manual_seed(0)
+    base = (torch.randn(base_shape, generator=g) * 3).to(dtype)
+    mask = torch.rand(mask_shape, generator=g) < 0.4
+    values = [True] if dtype == torch.bool else [1.5, 0] + ([float("nan")] if dtype.is_floating_point else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for value in values:
+            want = base.clone()
+            want.expand(expanded).masked_fill_(mask, value)
+            got = base.to("tpu")
+            got.expand(expanded).masked_fill_(mask.to("tpu"), value)
+            assert_same(got, want)
+            want, got = base.clone(), base.to("tpu")  # tensor[mask] = scalar, and an index
+            want.expand(expanded)[mask.expand(expanded)] = value
+            got.expand(expanded)[mask.expand(expanded).to("tpu")] = value
+            assert_same(got, want)
+            want, got = base.clone(), base.to("tpu")
+            want.expand(expanded)[torch.tensor([0])] = value
+            got.expand(expanded)[torch.tensor([0], device="tpu")] = value
+            assert_same(got, want)

@@ -235,10 +235,9 @@ def _ops():
     op("zero_", 1, any_, lambda t, a, r: a[0].zero_())
     op("clamp_", 1, lambda d: _num(d), lambda t, a, r: a[0].clamp_(-1, 1))
     op("copy_", 2, lambda d1, d2: True, lambda t, a, r: a[0].copy_(a[1]))
-    # (into a tensor whose elements share memory masked_fill_ raises on tpu,
-    # where CPU, deprecating it, writes each alias: a known difference, left out)
-    op("masked_fill_", 2, lambda d, m: m == "bool",
-       lambda t, a, r: (a[0] if 0 not in a[0].stride() else a[0].clone()).masked_fill_(a[1], 0))
+    # (also into a tensor whose elements share memory, which CPU deprecates
+    # but writes: a location is filled if any of its aliases is masked)
+    op("masked_fill_", 2, lambda d, m: m == "bool", lambda t, a, r: a[0].masked_fill_(a[1], 0))
     op("setitem_slice", 1, any_, _setitem_slice)
     op("index_add_", 1, lambda d: d == "float32" or d == "int64", _index_add)
     op("relu_", 1, lambda d: d in ("float32", "bfloat16", "int64"), lambda t, a, r: a[0].relu_())
