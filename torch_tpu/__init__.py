@@ -81,6 +81,15 @@ _fastpath.register()
 compiler.register()
 _accelerate.install()
 distributed.register()
+# Ctrl-C while the host waits for the device raises KeyboardInterrupt at
+# once, from the op that waited (the hook needs Python: it lives in the
+# pybind11 module).
+try:
+    from . import _C_distributed as _py_helpers
+
+    _ops._set_interrupt_hook(_py_helpers._interrupt_hook())
+except ImportError:  # built without the module: a wait raises RuntimeError on Ctrl-C
+    pass
 # torch.profiler's device activity: each program run on a tpu device is a
 # kernel span under the op that started it (csrc/aten/profiler.cpp).
 if torch.autograd.kineto_available():

@@ -52,6 +52,12 @@ bool started() { return exec::Runtime::started(); }
 
 bool in_forked_child() { return pjrt::in_forked_child(); }
 
+// The function a device wait calls after Ctrl-C (torch_tpu._C_distributed's,
+// which raises KeyboardInterrupt): its address.
+void set_interrupt_hook(int64_t address) {
+  pjrt::set_interrupt_hook(reinterpret_cast<void (*)()>(static_cast<intptr_t>(address)));
+}
+
 std::vector<std::string> runtime_info() {
   exec::Runtime& rt = runtime();
   const auto& api = rt.client().api();
@@ -204,6 +210,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("_configure(str plugin_path, int cpu_devices, str cache_dir, str session) -> ()", &configure);
   m.def("_started() -> bool", &started);
   m.def("_in_forked_child() -> bool", &in_forked_child);
+  m.def("_set_interrupt_hook(int address) -> ()", &set_interrupt_hook);
   m.def("_runtime_info() -> str[]", &runtime_info);
   m.def("_register_kernels(str[] variants, str[] functionals, int[] kinds) -> ()", &register_kernels);
   m.def("_lowering_names() -> str[]", &lowering_names);

@@ -1,6 +1,11 @@
 #include "csrc/pjrt/buffer.h"
 
+#include <signal.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "csrc/pjrt/client.h"
 
@@ -13,7 +18,78 @@ Event::~Event() {
   TPU_PJRT_DESTROY(*api_, Event_Destroy, args);
 }
 
+namespace {
+
+// Ctrl-C while the host waits for the device: our SIGINT handler notes it
+// and passes the signal on to the handler it replaced (Python's, which
+// raises KeyboardInterrupt once the interpreter runs again), so a wait
+// returns at once instead of when the device finishes.
+std::atomic<int> g_sigint{0};
+std::atomic<void (*)()> g_interrupt_hook{nullptr};
+struct sigaction g_previous;
+
+void on_sigint(int sig, siginfo_t* info, void* context) {
+  g_sigint.store(1);
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) g_previous.sa_sigaction(sig, info, context);
+  } else if (g_previous.sa_handler == SIG_DFL) {
+    signal(SIGINT, SIG_DFL);  // what Ctrl-C did before: end the process
+    raise(SIGINT);
+  } else if (g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
+    g_previous.sa_handler(sig);
+  }
+}
+
+// Whether SIGINT can interrupt waits (installing our handler in front of
+// the current one if it is not there: Python may have replaced it).
+bool watch_sigint() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  struct sigaction current;
+  if (sigaction(SIGINT, nullptr, &current) != 0) return false;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == &on_sigint) return true;
+  if (!(current.sa_flags & SA_SIGINFO) && current.sa_handler == SIG_IGN) return false;
+  g_previous = current;
+  struct sigaction ours {};
+  ours.sa_sigaction = &on_sigint;
+  ours.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&ours.sa_mask);
+  return sigaction(SIGINT, &ours, nullptr) == 0;
+}
+
+struct WaitState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+}  // namespace
+
+void set_interrupt_hook(void (*hook)()) { g_interrupt_hook.store(hook); }
+
 void Event::await() {
+  if (!is_ready() && watch_sigint()) {
+    g_sigint.store(0);
+    auto state = std::make_shared<WaitState>();
+    on_ready([state] {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->done = true;
+      state->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(state->mu);
+    while (!state->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return state->done; })) {
+      if (g_sigint.exchange(0)) {
+        void (*hook)() = g_interrupt_hook.load();
+        if (hook == nullptr) {
+          throw Interrupted("tpu: interrupted (SIGINT) while waiting for the device; the programs already "
+                            "started still run to completion on the device");
+        }
+        lock.unlock();
+        hook();  // raises KeyboardInterrupt, or returns (not the main thread)
+        lock.lock();
+      }
+    }
+  }
   auto args = make_args<c::PJRT_Event_Await_Args>();
   args.event = event_;
   TPU_PJRT_CALL(*api_, Event_Await, args);

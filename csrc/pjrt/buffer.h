@@ -12,6 +12,19 @@ namespace tpu::pjrt {
 
 class Device;
 
+// Raised by a wait for the device that Ctrl-C (SIGINT) interrupted. The
+// work it waited for still runs; Python raises its KeyboardInterrupt as
+// soon as control returns to it.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Called by a wait that SIGINT interrupted: raises the caller's exception
+// (torch_tpu installs one raising Python's KeyboardInterrupt), or returns to
+// let the wait go on. Without one, the wait raises Interrupted.
+void set_interrupt_hook(void (*hook)());
+
 // A PJRT_Event: completion of an asynchronous transfer or execution.
 class Event {
  public:
@@ -21,7 +34,8 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
-  // Block until the event is ready; throw the plugin's error if it failed.
+  // Block until the event is ready; throw the plugin's error if it failed,
+  // or Interrupted if SIGINT arrives meanwhile.
   void await();
   bool is_ready();
   // Call `fn` once the event is ready (at once if it is), on whichever

@@ -333,3 +333,37 @@ def test_masked_fill_into_an_expanded_tensor_writes_as_cpu(dtype, shapes):
             want.expand(expanded)[torch.tensor([0])] = value
             got.expand(expanded)[torch.tensor([0], device="tpu")] = value
             assert_same(got, want)
+
+
+_INTERRUPTED = r"""
+import os, signal, threading, time, torch, torch_tpu
+x = torch.randn(1200, 1200, device="tpu") * 0.01
+with torch_tpu.execution_mode("fused"):
+    y = x
+    for _ in range(2):
+        y = (y @ x).tanh()
+y.cpu()
+with torch_tpu.execution_mode("fused"):  # one program of several seconds
+    y = x
+    for _ in range(300):
+        y = (y @ x).tanh()
+t0 = time.perf_counter()
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+caught = None
+try:
+    y.sum().item()
+except KeyboardInterrupt:
+    caught = time.perf_counter() - t0
+print("interrupted after", caught)
+assert caught is not None and caught < 4.0, caught
+assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]  # the device still works
+print("ok")
+"""
+
+
+def test_ctrl_c_interrupts_a_wait_for_the_device_with_keyboard_interrupt():
+    """Ctrl-C while the host waits for a long program raises KeyboardInterrupt
+    from that wait (a user's `except KeyboardInterrupt` catches it) instead of
+    when the program finishes; the process and the device stay usable."""
+    out = run_python(_INTERRUPTED, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
