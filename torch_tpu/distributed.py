@@ -52,3 +52,12 @@ def register() -> None:
     for name in (BACKEND, *ALIASES):
         if name.upper() not in Backend._plugins:
             Backend.register_backend(name, _create, extended_api=True, devices=["tpu"])
+
+
+def all_reduce_local(tensors, op: str = "sum"):
+    """The reduction (``"sum"``, ``"product"``, ``"max"``, ``"min"``) of
+    ``tensors[r]`` on ``tpu:r`` for r = 0..n-1, one result per device: one
+    program across this process's devices (an XLA all-reduce over replicas,
+    no round trip through the host). With the CPU plugin,
+    ``TORCH_TPU_CPU_DEVICES=N`` gives a process N devices."""
+    return list(torch.ops.torch_tpu._all_reduce_local(list(tensors), op))

@@ -163,6 +163,29 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
   return out;
 }
 
+std::vector<std::vector<pjrt::BufferPtr>> Runtime::run_replicated(
+    const std::string& program, const std::vector<std::vector<pjrt::c::PJRT_Buffer*>>& args) {
+  const int n = static_cast<int>(args.size());
+  if (n < 1 || n > device_count()) {
+    throw std::out_of_range("a replicated program needs 1 to " + std::to_string(device_count()) +
+                            " replicas, not " + std::to_string(n));
+  }
+  // Compiled for n replicas on the default device assignment (replica r
+  // on device r); the options are part of the cache key.
+  pjrt::CompileOptions co;
+  co.num_replicas = n;
+  co.portable = false;
+  pjrt::ExecutablePtr exe = cache_->get_or_compile(program, co.serialize());
+  executions_ += 1;
+  std::vector<std::unique_ptr<pjrt::Event>> done;
+  std::vector<std::vector<pjrt::BufferPtr>> out = exe->execute_replicated(args, &done);
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  for (int r = 0; r < n && r < static_cast<int>(done.size()); ++r) {
+    if (done[r]) pending_[r].push_back(std::shared_ptr<pjrt::Event>(std::move(done[r])));
+  }
+  return out;
+}
+
 void Runtime::synchronize(int device_index) {
   device(device_index);  // validates
   std::vector<std::shared_ptr<pjrt::Event>> events;

@@ -55,6 +55,12 @@ class Runtime {
   std::vector<pjrt::BufferPtr> run(const std::string& key, const std::function<std::string()>& program,
                                    const std::vector<pjrt::c::PJRT_Buffer*>& args, int device, bool wait = false);
 
+  // Run `program`, a module of `args.size()` replicas (mhlo.num_replicas),
+  // as one execution across devices 0..n-1: replica r on device r with
+  // args[r]. Returns each replica's outputs.
+  std::vector<std::vector<pjrt::BufferPtr>> run_replicated(
+      const std::string& program, const std::vector<std::vector<pjrt::c::PJRT_Buffer*>>& args);
+
   // A rank-0 device buffer holding `bits` (the value's bytes, little endian)
   // of `dtype`; cached, so a scalar used every step is uploaded once.
   pjrt::BufferPtr scalar_buffer(hlo::DType dtype, uint64_t bits, int device);

@@ -216,9 +216,9 @@ std::string Builder::with_imports(std::string text, const std::string& prefix, s
   return text;
 }
 
-std::string Builder::module(const std::vector<Value>& results,
-                            const std::vector<std::pair<int, int>>& donations) const {
-  Module m;
+std::string Builder::module(const std::vector<Value>& results, const std::vector<std::pair<int, int>>& donations,
+                            const ModuleAttributes& attributes) const {
+  Module m("tpu_program", attributes);
   std::vector<Parameter> params = parameters();
   for (const auto& [p, o] : donations) params.at(p).alias = o;
   std::vector<Type> types;
@@ -717,6 +717,24 @@ Value Builder::reduce(Value x, Value init, const Dims& rdims, std::string_view c
   return reduce({x}, {init}, rdims, [op](Builder& b, const std::vector<Value>& a) {
     return std::vector<Value>{b.binary(op, a[0], a[1])};
   })[0];
+}
+
+Value Builder::all_reduce(Value x, std::string_view combiner, const std::vector<std::vector<int64_t>>& replica_groups) {
+  std::string op(combiner);
+  std::string reg = region({Type{dtype(x), {}}, Type{dtype(x), {}}}, [op](Builder& b, const std::vector<Value>& a) {
+    return std::vector<Value>{b.binary(op, a[0], a[1])};
+  });
+  const size_t width = replica_groups.empty() ? 0 : replica_groups[0].size();
+  std::string groups = "dense<[";
+  for (size_t g = 0; g < replica_groups.size(); ++g) {
+    check(replica_groups[g].size() == width, "all_reduce", "replica groups of different sizes");
+    if (g) groups += ", ";
+    groups += "[";
+    for (size_t k = 0; k < width; ++k) groups += (k ? ", " : "") + std::to_string(replica_groups[g][k]);
+    groups += "]";
+  }
+  groups += "]> : tensor<" + std::to_string(replica_groups.size()) + "x" + std::to_string(width) + "xi64>";
+  return emit1("stablehlo.all_reduce", {x}, type(x), "replica_groups = " + groups, {reg});
 }
 
 Value Builder::reduce_window(Value x, Value init, const Dims& window, const Dims& strides,

@@ -49,7 +49,8 @@ class Builder {
   // `donations` lets the output reuse the parameter's buffer (the argument
   // attribute tf.aliasing_output); both must have the same type.
   std::string module(const std::vector<Value>& results,
-                     const std::vector<std::pair<int, int>>& donations = {}) const;
+                     const std::vector<std::pair<int, int>>& donations = {},
+                     const ModuleAttributes& attributes = {}) const;
   // The program as a private function `@name` (no aliasing attributes), for
   // a module that calls it: fused eager composes recorded ops this way.
   std::string function(const std::string& name, const std::vector<Value>& results) const;
@@ -150,6 +151,9 @@ class Builder {
                             const Dims& dims, const RegionBody& body);
   // Single-input reduction with a binary stablehlo op as combiner.
   Value reduce(Value x, Value init, const Dims& dims, std::string_view combiner);
+  // The cross-replica reduction of `x` with `combiner` over each group of
+  // replica ids (a program of several replicas).
+  Value all_reduce(Value x, std::string_view combiner, const std::vector<std::vector<int64_t>>& replica_groups);
   Value reduce_window(Value x, Value init, const Dims& window, const Dims& strides,
                       const Dims& base_dilation, const Dims& window_dilation,
                       const std::vector<std::pair<int64_t, int64_t>>& padding,

@@ -71,6 +71,39 @@ Executable::~Executable() {
   TPU_PJRT_DESTROY(*api_, LoadedExecutable_Destroy, args);
 }
 
+std::vector<std::vector<BufferPtr>> Executable::execute_replicated(
+    const std::vector<std::vector<c::PJRT_Buffer*>>& args, std::vector<std::unique_ptr<Event>>* done) {
+  const size_t n = args.size();
+  auto options = make_args<c::PJRT_ExecuteOptions>();
+  std::vector<std::vector<c::PJRT_Buffer*>> outputs(n, std::vector<c::PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<c::PJRT_Buffer* const*> arg_lists(n);
+  std::vector<c::PJRT_Buffer**> out_lists(n);
+  for (size_t r = 0; r < n; ++r) {
+    arg_lists[r] = args[r].data();
+    out_lists[r] = outputs[r].data();
+  }
+  std::vector<c::PJRT_Event*> events(n, nullptr);
+  auto exec = make_args<c::PJRT_LoadedExecutable_Execute_Args>();
+  exec.executable = loaded_;
+  exec.options = &options;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = n;
+  exec.num_args = n ? args[0].size() : 0;
+  exec.output_lists = out_lists.data();
+  exec.execute_device = nullptr;
+  if (done != nullptr) exec.device_complete_events = events.data();
+  TPU_PJRT_CALL(*api_, LoadedExecutable_Execute, exec);
+  if (done != nullptr) {
+    done->clear();
+    for (c::PJRT_Event* e : events) done->push_back(e ? std::make_unique<Event>(api_.get(), e) : nullptr);
+  }
+  std::vector<std::vector<BufferPtr>> result(n);
+  for (size_t r = 0; r < n; ++r) {
+    for (c::PJRT_Buffer* b : outputs[r]) result[r].push_back(std::make_shared<Buffer>(api_, b));
+  }
+  return result;
+}
+
 std::vector<BufferPtr> Executable::execute(const std::vector<c::PJRT_Buffer*>& args,
                                            const Device* device, std::unique_ptr<Event>* done) {
   auto options = make_args<c::PJRT_ExecuteOptions>();

@@ -59,6 +59,13 @@ class Executable {
   std::vector<BufferPtr> execute(const std::vector<c::PJRT_Buffer*>& args, const Device* device,
                                  std::unique_ptr<Event>* done = nullptr);
 
+  // Run a replicated program (compiled for several replicas) on the
+  // devices of its device assignment at once: `args[r]` are replica r's
+  // arguments; returns each replica's outputs, and in `done` (when given)
+  // each replica's completion.
+  std::vector<std::vector<BufferPtr>> execute_replicated(const std::vector<std::vector<c::PJRT_Buffer*>>& args,
+                                                         std::vector<std::unique_ptr<Event>>* done = nullptr);
+
   // Bytes that Client::deserialize turns back into this executable.
   std::string serialize() const;
 

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch_tpu  # noqa: F401
 
 import dist_workers as w
+from conftest import run_python
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
 
@@ -96,3 +97,42 @@ def test_torchrun_each_rank_takes_its_own_device(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(2):
         assert (tmp_path / f"rank{rank}").read_text() == f"devices 2 on tpu:{rank}"
+
+
+_LOCAL = r"""
+import torch, torch_tpu
+from torch_tpu.distributed import all_reduce_local
+assert torch.tpu.device_count() == 4
+g = torch.Generator().manual_seed(0)
+runs = torch_tpu.counters()["executions"]
+for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+    for shape in ((5,), (3, 4), (2, 0)):
+        xs = [(torch.randn(shape, generator=g) * 4).to(dtype) for _ in range(4)]
+        for op, ref in (("sum", lambda v: sum(v[1:], v[0]) if dtype != torch.bool else torch.stack(v).any(0)),
+                        ("max", lambda v: torch.stack(v).amax(0) if dtype != torch.bool else torch.stack(v).any(0)),
+                        ("min", lambda v: torch.stack(v).amin(0) if dtype != torch.bool else torch.stack(v).all(0))):
+            if dtype == torch.bool and op == "sum":
+                continue
+            want = ref(xs).to(dtype)
+            got = all_reduce_local([x.to(f"tpu:{r}") for r, x in enumerate(xs)], op)
+            for r, t in enumerate(got):
+                assert t.device == torch.device("tpu", r) and t.dtype == dtype, (t.device, t.dtype)
+                tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-6, atol=1e-5)
+                torch.testing.assert_close(t.cpu(), want, **tol)
+t = [torch.ones(3, device=f"tpu:{r}") for r in range(4)]
+assert all_reduce_local([x.t() for x in [torch.ones(2, 3, device=f"tpu:{r}") for r in range(4)]])[0].shape == (3, 2)
+for bad in ([t[1], t[0], t[2], t[3]], [t[0], torch.ones(4, device="tpu:1"), t[2], t[3]], t + t):
+    try:
+        all_reduce_local(bad)
+        raise AssertionError("accepted")
+    except RuntimeError as e:
+        assert "all_reduce_local" in str(e), e
+print("ok")
+"""
+
+
+def test_all_reduce_across_a_processs_devices_is_one_replicated_program():
+    """TORCH_TPU_CPU_DEVICES=4: one program of 4 replicas (a StableHLO
+    all_reduce) reduces tensors on tpu:0..3, each result on its device."""
+    out = run_python(_LOCAL, env={"TORCH_TPU_CPU_DEVICES": "4"}, timeout=600)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
