@@ -44,7 +44,7 @@ double elapsed_ms(TpuEvent* a, TpuEvent* b) {
   TORCH_CHECK(a != nullptr && b != nullptr && a->completed_ns && b->completed_ns,
               "elapsed_time: both events must be recorded before asking for the time between them");
   for (TpuEvent* e : {a, b}) {
-    if (e->done) e->done->await();
+    if (e->done) e->done->await_interruptible();
     while (e->completed_ns->load() == 0) std::this_thread::yield();  // the callback runs just after
   }
   return static_cast<double>(b->completed_ns->load() - a->completed_ns->load()) / 1e6;
@@ -142,7 +142,7 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {
     auto* e = static_cast<TpuEvent*>(event);
-    if (e != nullptr && e->done) e->done->await();
+    if (e != nullptr && e->done) e->done->await_interruptible();
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     synchronize_device(device_index);

@@ -147,7 +147,7 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
     observe(device_index, done, key.compare(0, 6, "fused:") == 0);
   }
   if (wait) {
-    done->await();
+    done->await_interruptible();
     return out;
   }
   std::lock_guard<std::mutex> lock(pending_mu_);
@@ -193,7 +193,21 @@ void Runtime::synchronize(int device_index) {
     std::lock_guard<std::mutex> lock(pending_mu_);
     events.swap(pending_[device_index]);
   }
-  for (auto& e : events) e->await();
+  for (size_t k = 0; k < events.size(); ++k) {
+    try {
+      events[k]->await_interruptible();
+    } catch (...) {
+      // Ctrl-C ended the wait (the program has not finished): the programs
+      // not waited for stay pending, so a later synchronize waits for them
+      // and reports their errors. (A program's error is reported once.)
+      if (!events[k]->is_ready()) {
+        std::lock_guard<std::mutex> lock(pending_mu_);
+        auto& list = pending_[device_index];
+        list.insert(list.begin(), events.begin() + static_cast<std::ptrdiff_t>(k), events.end());
+      }
+      throw;
+    }
+  }
   verify_checks(device_index);
 }
 

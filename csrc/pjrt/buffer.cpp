@@ -67,7 +67,7 @@ struct WaitState {
 
 void set_interrupt_hook(void (*hook)()) { g_interrupt_hook.store(hook); }
 
-void Event::await() {
+void Event::await_interruptible() {
   if (!is_ready() && watch_sigint()) {
     g_sigint.store(0);
     auto state = std::make_shared<WaitState>();
@@ -90,6 +90,10 @@ void Event::await() {
       }
     }
   }
+  await();
+}
+
+void Event::await() {
   auto args = make_args<c::PJRT_Event_Await_Args>();
   args.event = event_;
   TPU_PJRT_CALL(*api_, Event_Await, args);
@@ -174,6 +178,10 @@ int64_t Buffer::thread_host_reads() { return t_host_reads; }
 void Buffer::to_host(void* dst, size_t nbytes) const {
   ++g_host_reads;
   ++t_host_reads;
+  // Ctrl-C may end the wait for the value; the copy into `dst` starts only
+  // once the value is there, and is always waited for (the caller frees
+  // `dst` once we return).
+  await_ready();
   auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
   args.src = buffer_;
   args.dst = dst;
@@ -186,7 +194,7 @@ void Buffer::await_ready() const {
   auto args = make_args<c::PJRT_Buffer_ReadyEvent_Args>();
   args.buffer = buffer_;
   TPU_PJRT_CALL(*api_, Buffer_ReadyEvent, args);
-  if (args.event != nullptr) Event(api_.get(), args.event).await();
+  if (args.event != nullptr) Event(api_.get(), args.event).await_interruptible();
 }
 
 std::unique_ptr<Buffer> Buffer::copy_to_device(const Device& device) const {

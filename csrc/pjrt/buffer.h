@@ -34,9 +34,13 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
-  // Block until the event is ready; throw the plugin's error if it failed,
-  // or Interrupted if SIGINT arrives meanwhile.
+  // Block until the event is ready; throw the plugin's error if it failed.
   void await();
+  // The same, but SIGINT ends the wait (the interrupt hook's exception, or
+  // Interrupted): only for waits after which nothing still reads or writes
+  // host memory of the caller's (a program's completion, a value's
+  // readiness; never a transfer from or to host memory).
+  void await_interruptible();
   bool is_ready();
   // Call `fn` once the event is ready (at once if it is), on whichever
   // thread completes it; an error of the event is dropped (await reports it).
@@ -72,7 +76,8 @@ class Buffer {
   // The calling thread's reads (a torch.compile capture with any is not replayed).
   static int64_t thread_host_reads();
 
-  // Block until the buffer's producer finished; throws its error if it failed.
+  // Block until the buffer's producer finished; throws its error if it
+  // failed (Ctrl-C ends the wait: see Event::await_interruptible).
   void await_ready() const;
 
   // A copy of this buffer on another device of the same client.
