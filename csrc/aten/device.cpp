@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "csrc/aten/generator.h"
@@ -116,13 +117,28 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     exec::Executor::process_default().flush(device);
     e->device = device;
     e->done = exec::Runtime::get().last_event(device);
-    e->completed_ns = std::make_shared<std::atomic<int64_t>>(0);
-    if (!e->done || e->done->is_ready()) {
-      e->completed_ns->store(now_ns());
+    e->completed_ns = completion_time(device, e->done);
+  }
+
+  // When `done` completed (steady clock; 0 until then). Events recorded
+  // on the same completion share one time, so two events recorded with no
+  // work between them are 0 ms apart, never the order their callbacks ran.
+  static std::shared_ptr<std::atomic<int64_t>> completion_time(int device, const std::shared_ptr<pjrt::Event>& done) {
+    static std::mutex mu;
+    static std::vector<std::pair<std::weak_ptr<pjrt::Event>, std::shared_ptr<std::atomic<int64_t>>>> last;
+    std::lock_guard<std::mutex> lock(mu);
+    if (last.size() <= static_cast<size_t>(device)) last.resize(device + 1);
+    auto& [event, at] = last[device];
+    if (done && at && event.lock() == done) return at;
+    at = std::make_shared<std::atomic<int64_t>>(0);
+    event = done;
+    if (!done || done->is_ready()) {
+      at->store(now_ns());
     } else {
-      std::shared_ptr<std::atomic<int64_t>> at = e->completed_ns;
-      e->done->on_ready([at] { at->store(now_ns()); });
+      std::shared_ptr<std::atomic<int64_t>> when = at;
+      done->on_ready([when] { when->store(now_ns()); });
     }
+    return at;
   }
   void block(void* event, const c10::Stream& stream) const override {}  // one stream: already ordered
   bool queryEvent(void* event) const override {

@@ -264,7 +264,7 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   std::vector<bool> mask(plan.donations.size());
   for (size_t k = 0; k < mask.size(); ++k) {
     const pjrt::BufferPtr& old = bound.args[plan.donations[k].first].buffer;
-    mask[k] = old && old.use_count() <= 2;
+    mask[k] = old && old.use_count() <= 2 && old->donatable();
   }
   const ProgramPlan::Variant& program = plan.variant(mask);
   std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(bound.args);

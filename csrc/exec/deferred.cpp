@@ -218,7 +218,7 @@ void DeferredGraph::flush_locked() {
   std::vector<bool> taken(live.size(), false);
   for (const auto& [param, weak] : r.successors) {
     DeferredPtr next = weak.lock();
-    if (!next || r.params[param].use_count() != 1) continue;
+    if (!next || r.params[param].use_count() != 1 || !r.params[param]->donatable()) continue;
     auto out = out_index.find(next.get());
     if (out == out_index.end() || taken[out->second] || next->type() != r.param_types[param]) continue;
     alias[param] = static_cast<int>(out->second);

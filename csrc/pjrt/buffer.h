@@ -80,12 +80,19 @@ class Buffer {
   // failed (Ctrl-C ends the wait: see Event::await_interruptible).
   void await_ready() const;
 
+  // Whether a program may take this buffer's memory for an output
+  // (donation). Not a buffer that aliases host memory (Client::adopt_host):
+  // the output would live in the caller's host tensor.
+  bool donatable() const { return donatable_; }
+  void set_donatable(bool donatable) { donatable_ = donatable; }
+
   // A copy of this buffer on another device of the same client.
   std::unique_ptr<Buffer> copy_to_device(const Device& device) const;
 
  private:
   std::shared_ptr<const Api> api_;
   c::PJRT_Buffer* buffer_;
+  bool donatable_ = true;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

@@ -211,6 +211,7 @@ BufferPtr Client::buffer_from_host(const void* data, c::PJRT_Buffer_Type type, c
   args.device = device.raw();
   TPU_PJRT_CALL(*api_, Client_BufferFromHostBuffer, args);
   auto buffer = std::make_shared<Buffer>(api_, args.buffer);
+  buffer->set_donatable(!zero_copy);
   if (args.done_with_host_buffer == nullptr) {
     if (release) release();
   } else if (release) {
