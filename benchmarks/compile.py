@@ -145,6 +145,10 @@ def main():
     cases = CASES[:2] + CASES[-1:] if args.quick else CASES
     firsts = {}
     for name in cases:
+        # Each case compiles afresh: the cases share code objects (the model's
+        # forward, the optimizer's step), and Dynamo's recompile limit would
+        # otherwise send later cases back to eager.
+        torch._dynamo.reset()
         runs = [make_step(name, dev, how) for _, dev, how in contenders]
         for r in runs:  # warm-up: compile, create the optimizer state
             r()
