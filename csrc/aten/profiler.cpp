@@ -6,8 +6,8 @@
 // Kineto has for backends' own activity) is registered with the profiler
 // that torch links in. While one of its sessions records, the runtime's
 // execution observer stamps each program: it starts when it is launched
-// or when the device finishes the previous one (a device runs its programs
-// in order), and ends when its completion event fires. The correlation id
+// or when the device finishes the previous one, and ends when its
+// completion event fires. The correlation id
 // of the CPU op in progress on the launching thread links the span to the
 // op, so `key_averages()` has device times per op and a trace shows the
 // programs under their ops.
@@ -20,6 +20,7 @@
 #include <kineto/libkineto.h>
 #include <kineto/output_base.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -115,8 +116,11 @@ class Session : public libkineto::IActivityProfilerSession {
     for (const auto& s : spans_) {
       if (s->end == 0) continue;  // never completed
       if (static_cast<size_t>(s->device) >= free_at.size()) free_at.resize(s->device + 1, 0);
-      const int64_t start = std::max(s->launched, free_at[s->device]);
-      free_at[s->device] = s->end;
+      // A program waits for the device's previous ones (a device runs them
+      // in order, though independent ones may finish out of order).
+      int64_t start = s->launched;
+      if (free_at[s->device] <= s->end) start = std::max(start, free_at[s->device]);
+      free_at[s->device] = std::max(free_at[s->device], s->end);
       buffer_->emplace_activity(buffer_->span, libkineto::ActivityType::CONCURRENT_KERNEL,
                                 s->fused ? "tpu fused program" : "tpu program");
       libkineto::GenericTraceActivity& a = *buffer_->activities.back();
@@ -172,10 +176,12 @@ class TpuActivityProfiler : public libkineto::IActivityProfiler {
 };
 
 // The legacy profiler (torch.autograd.profiler.profile(use_device="tpu"))
-// times each op on the device between two markers: the completion of the
-// latest program started on the device when the op began, and when it
-// ended (one in-order stream per device).
+// times each op on the device between two markers: from when the op began
+// on the host to the completion of the latest program started on the
+// device when it ended. (Programs that do not depend on each other may
+// finish out of order, so two completions are not subtracted.)
 struct Marker {
+  int64_t recorded = now_ns();
   std::shared_ptr<pjrt::Event> done;
   std::shared_ptr<std::atomic<int64_t>> at = std::make_shared<std::atomic<int64_t>>(0);
 };
@@ -188,7 +194,7 @@ struct LegacyStubs : torch::profiler::impl::ProfilerStubs {
     auto m = std::make_shared<Marker>();
     if (exec::Runtime::started()) m->done = exec::Runtime::get().last_event(d);
     if (!m->done || m->done->is_ready()) {
-      m->at->store(now_ns());
+      m->at->store(m->recorded);
     } else {
       std::shared_ptr<std::atomic<int64_t>> at = m->at;
       m->done->on_ready([at] { at->store(now_ns()); });
@@ -196,22 +202,18 @@ struct LegacyStubs : torch::profiler::impl::ProfilerStubs {
     if (cpu_ns) *cpu_ns = c10::getTime();
     *event = m;
   }
-  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
-                const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
-    int64_t t[2] = {0, 0};
-    const torch::profiler::impl::ProfilerVoidEventStub* ends[2] = {a, b};
-    for (int k = 0; k < 2; ++k) {
-      auto* m = static_cast<Marker*>(ends[k]->get());
-      if (m->done) {
-        try {
-          m->done->await();
-        } catch (...) {
-        }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {
+    auto* a = static_cast<Marker*>(start->get());
+    auto* b = static_cast<Marker*>(end->get());
+    if (b->done) {
+      try {
+        b->done->await();
+      } catch (...) {
       }
-      while (m->at->load() == 0) std::this_thread::yield();  // the callback runs just after
-      t[k] = m->at->load();
     }
-    return static_cast<float>(t[1] - t[0]) / 1000.0f;  // microseconds
+    while (b->at->load() == 0) std::this_thread::yield();  // the callback runs just after
+    return static_cast<float>(std::max<int64_t>(0, b->at->load() - a->recorded)) / 1000.0f;  // microseconds
   }
   void mark(const char*) const override {}
   void rangePush(const char*) const override {}

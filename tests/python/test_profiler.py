@@ -50,7 +50,7 @@ def test_a_fused_flush_is_one_span():
 
 
 def test_legacy_profiler_times_ops_on_the_device():
-    x = torch.randn(128, 128, device="tpu")
+    x = torch.randn(384, 384, device="tpu")
     (x @ x).cpu()
     with torch_tpu.execution_mode("strict"), torch.autograd.profiler.profile(use_device="tpu") as prof:
         for _ in range(2):
