@@ -41,6 +41,33 @@ int64_t now_ns() {
       .count();
 }
 
+}  // namespace
+
+int64_t steady_now_ns() { return now_ns(); }
+
+// Events recorded on the same completion share one time, so two events
+// recorded with no work between them are 0 ms apart, never the order their
+// callbacks ran.
+std::shared_ptr<std::atomic<int64_t>> completion_time(int device, const std::shared_ptr<pjrt::Event>& done) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::weak_ptr<pjrt::Event>, std::shared_ptr<std::atomic<int64_t>>>> last;
+  std::lock_guard<std::mutex> lock(mu);
+  if (last.size() <= static_cast<size_t>(device)) last.resize(device + 1);
+  auto& [event, at] = last[device];
+  if (done && at && event.lock() == done) return at;
+  at = std::make_shared<std::atomic<int64_t>>(0);
+  event = done;
+  if (!done || done->is_ready()) {
+    at->store(now_ns());
+  } else {
+    std::shared_ptr<std::atomic<int64_t>> when = at;
+    done->on_ready([when] { when->store(now_ns()); });
+  }
+  return at;
+}
+
+namespace {
+
 double elapsed_ms(TpuEvent* a, TpuEvent* b) {
   TORCH_CHECK(a != nullptr && b != nullptr && a->completed_ns && b->completed_ns,
               "elapsed_time: both events must be recorded before asking for the time between them");
@@ -120,26 +147,6 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     e->completed_ns = completion_time(device, e->done);
   }
 
-  // When `done` completed (steady clock; 0 until then). Events recorded
-  // on the same completion share one time, so two events recorded with no
-  // work between them are 0 ms apart, never the order their callbacks ran.
-  static std::shared_ptr<std::atomic<int64_t>> completion_time(int device, const std::shared_ptr<pjrt::Event>& done) {
-    static std::mutex mu;
-    static std::vector<std::pair<std::weak_ptr<pjrt::Event>, std::shared_ptr<std::atomic<int64_t>>>> last;
-    std::lock_guard<std::mutex> lock(mu);
-    if (last.size() <= static_cast<size_t>(device)) last.resize(device + 1);
-    auto& [event, at] = last[device];
-    if (done && at && event.lock() == done) return at;
-    at = std::make_shared<std::atomic<int64_t>>(0);
-    event = done;
-    if (!done || done->is_ready()) {
-      at->store(now_ns());
-    } else {
-      std::shared_ptr<std::atomic<int64_t>> when = at;
-      done->on_ready([when] { when->store(now_ns()); });
-    }
-    return at;
-  }
   void block(void* event, const c10::Stream& stream) const override {}  // one stream: already ordered
   bool queryEvent(void* event) const override {
     auto* e = static_cast<TpuEvent*>(event);

@@ -8,7 +8,12 @@
 // outside every scope uses the process default executor.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
 #include "csrc/exec/executor.h"
+#include "csrc/pjrt/buffer.h"
 
 namespace tpu {
 
@@ -20,6 +25,12 @@ exec::Executor& current_executor();
 // (running what it deferred when it leaves fused mode).
 void enter_execution_scope(exec::ExecutionMode mode);
 void exit_execution_scope();
+
+// When `done` (a program's completion on `device`, or null: nothing
+// pending) completed, on the steady clock (steady_now_ns); 0 until then.
+// Markers recorded on the same completion share one time.
+std::shared_ptr<std::atomic<int64_t>> completion_time(int device, const std::shared_ptr<pjrt::Event>& done);
+int64_t steady_now_ns();
 
 // Run the deferred graphs of `device` that this thread can reach (its
 // executor's and the process default's), then wait for the device.

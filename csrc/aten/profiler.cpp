@@ -181,9 +181,9 @@ class TpuActivityProfiler : public libkineto::IActivityProfiler {
 // device when it ended. (Programs that do not depend on each other may
 // finish out of order, so two completions are not subtracted.)
 struct Marker {
-  int64_t recorded = now_ns();
-  std::shared_ptr<pjrt::Event> done;
-  std::shared_ptr<std::atomic<int64_t>> at = std::make_shared<std::atomic<int64_t>>(0);
+  int64_t recorded = steady_now_ns();
+  std::shared_ptr<pjrt::Event> done;         // the latest program's completion (null: none pending)
+  std::shared_ptr<std::atomic<int64_t>> at;  // its time (completion_time)
 };
 
 struct LegacyStubs : torch::profiler::impl::ProfilerStubs {
@@ -193,12 +193,7 @@ struct LegacyStubs : torch::profiler::impl::ProfilerStubs {
     if (device) *device = static_cast<c10::DeviceIndex>(d);
     auto m = std::make_shared<Marker>();
     if (exec::Runtime::started()) m->done = exec::Runtime::get().last_event(d);
-    if (!m->done || m->done->is_ready()) {
-      m->at->store(m->recorded);
-    } else {
-      std::shared_ptr<std::atomic<int64_t>> at = m->at;
-      m->done->on_ready([at] { at->store(now_ns()); });
-    }
+    m->at = completion_time(d, m->done);
     if (cpu_ns) *cpu_ns = c10::getTime();
     *event = m;
   }
