@@ -1,0 +1,698 @@
+"""An inference engine for Hugging Face causal LMs on the ``tpu`` device.
+
+XLA programs have static shapes: a serving loop that hands the model a new
+shape every step (a growing KV cache, a mask one column longer, each prompt's
+own length) compiles a program per step. This engine never does that after
+warm-up:
+
+- **A slotted KV cache, preallocated.** Each layer keeps keys and values of
+  shape ``(slots, max_len + 1, kv_heads, head_dim)``; a request owns one slot
+  (a row) from admission to its end. Writes go through ``index_copy_`` at flat
+  indices computed on the device; the extra column ``max_len`` of each row is
+  a write-only sink for padding.
+- **Buckets.** Prefill runs one request padded to a prompt-length bucket;
+  decode runs the first ``B`` slots (``B`` a batch bucket holding every live
+  slot) attending over the first ``K`` cache positions (``K`` a KV-length
+  bucket holding the longest live sequence). Each (function, shapes) pair is
+  one program compiled by ``torch.compile(backend="tpu")`` and captured for
+  replay at start-up (``Engine.warmup``), so steady state only replays.
+- **Continuous batching.** Requests join (after their prefill) and leave (at
+  a stop token, ``max_tokens`` or the context length) between decode steps;
+  a slot freed is taken by the next waiting request.
+- **Sampling on the device.** Greedy, temperature, top-k and top-p, per
+  request, drawn with a counter-based hash of (seed, position, token id):
+  a request's tokens depend on its seed and logits only, never on which
+  other requests share its batch. Only the chosen token ids come back to the
+  host.
+
+``Engine.generate`` runs requests to completion; ``Engine.submit`` plus a
+running ``Engine.start()`` loop serve concurrent callers with streaming (the
+HTTP server in ``torch_tpu.serve`` does this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+__all__ = ["Engine", "EngineConfig", "SamplingParams", "Request", "ByteTokenizer", "load_model",
+           "tiny_model_config"]
+
+
+# ---- requests ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SamplingParams:
+    """How one request draws its tokens. ``temperature=0`` is greedy;
+    ``top_k=0`` and ``top_p=1`` keep every token. ``seed=None`` takes a fresh
+    seed from the engine's generator."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
+        if not (0.0 <= float(self.temperature)):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative integer (0: no limit), got {self.top_k!r}")
+        if not (0.0 < float(self.top_p) <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+_FINISHED = object()
+
+
+class Request:
+    """One sequence being served: its prompt, the tokens produced so far,
+    and (once finished) why it stopped: ``"stop"`` (a stop token) or
+    ``"length"`` (``max_tokens`` or the context length). Iterating it yields
+    token ids as they are produced (from another thread than the engine's)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, prompt_ids: Sequence[int], params: SamplingParams):
+        self.id = next(Request._ids)
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.output_ids: list[int] = []
+        self.finish_reason: str | None = None
+        self.error: BaseException | None = None
+        self.slot = -1
+        self.seed = 0
+        self.arrival = time.perf_counter()
+        self.first_token_time: float | None = None
+        self._stops: frozenset[int] = frozenset()
+        self._cancelled = False
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._done = threading.Event()
+        self._listeners: list[Callable[[Request, int | None], None]] = []
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    def add_listener(self, fn: Callable[["Request", int | None], None]) -> None:
+        """``fn(request, token)`` is called on the engine's thread for each
+        new token, then ``fn(request, None)`` once it is finished."""
+        self._listeners.append(fn)
+
+    def _emit(self, token: int) -> None:
+        if self.first_token_time is None:
+            self.first_token_time = time.perf_counter()
+        self.output_ids.append(token)
+        self._queue.put(token)
+        self._notify(token)
+
+    def _finish(self, reason: str | None, error: BaseException | None = None) -> None:
+        self.finish_reason = reason
+        self.error = error
+        self._done.set()
+        self._queue.put(_FINISHED)
+        self._notify(None)
+
+    def _notify(self, token: int | None) -> None:
+        for fn in self._listeners:
+            try:
+                fn(self, token)
+            except Exception:  # noqa: BLE001 (a listener that went away, e.g. a closed event loop)
+                pass
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            t = self._queue.get()
+            if t is _FINISHED:
+                if self.error is not None:
+                    raise self.error
+                return
+            yield t
+
+    def wait(self, timeout: float | None = None) -> "Request":
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request {self.id} did not finish within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+# ---- the cache -----------------------------------------------------------------------------
+
+
+def _cache_base():
+    from transformers.cache_utils import Cache
+
+    return Cache
+
+
+class _SlotCache:
+    """Keys and values of every layer, one row per slot. ``write_index``
+    (flat row * (max_len + 1) + position, per new token) says where this
+    call's keys go; ``read`` is None in prefill (attention over the prompt's
+    own keys) or ``(B, K)`` in decode (the first B rows, first K positions)."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+        self.keys = keys
+        self.values = values
+        self.write_index: torch.Tensor | None = None
+        self.read: tuple[int, int] | None = None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        b, h, t, d = key_states.shape
+        k_cache, v_cache = self.keys[layer_idx], self.values[layer_idx]
+        idx = self.write_index
+        k_cache.view(-1, h, d).index_copy_(0, idx, key_states.transpose(1, 2).reshape(b * t, h, d))
+        v_cache.view(-1, h, d).index_copy_(0, idx, value_states.transpose(1, 2).reshape(b * t, h, d))
+        if self.read is None:
+            return key_states, value_states
+        rows, length = self.read
+        return (k_cache[:rows, :length].transpose(1, 2), v_cache[:rows, :length].transpose(1, 2))
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+
+def _make_cache(keys, values):
+    """A ``_SlotCache`` that is also a transformers ``Cache`` (models check)."""
+    base = _cache_base()
+    cls = _make_cache.__dict__.get("cls")
+    if cls is None:
+        cls = type("SlotCache", (_SlotCache, base), {
+            "__init__": lambda self, k, v: (base.__init__(self, layers=[]), _SlotCache.__init__(self, k, v))[1],
+            "update": _SlotCache.update,
+            "get_seq_length": _SlotCache.get_seq_length,
+            "is_compileable": True,
+        })
+        _make_cache.cls = cls
+    return cls(keys, values)
+
+
+# ---- sampling on the device ----------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def _i64(c: int) -> int:
+    c &= _M64
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _i64(0x9E3779B97F4A7C15), _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (``>>`` is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def _uniform(seed: torch.Tensor, position: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """Uniform (0, 1) floats from a splitmix64 hash of (seed, position,
+    token id): the same triple always draws the same number."""
+    x = seed * _GOLDEN + position * _MIX1 + token * _MIX2
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def _sample(logits, temperature, top_k, top_p, seed, position, greedy_only: bool):
+    """Token ids (N,) from logits (N, V); per-row parameters (N,)."""
+    logits = logits.float()
+    greedy = logits.argmax(-1)
+    if greedy_only:
+        return greedy
+    v = logits.shape[-1]
+    scaled = logits / temperature.clamp_min(1e-5)[:, None]
+    sorted_logits, order = scaled.sort(-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    before = probs.cumsum(-1) - probs
+    rank = torch.arange(v, device=logits.device)
+    k = torch.where(top_k > 0, top_k, v)
+    keep = (before < top_p[:, None]) & (rank[None, :] < k[:, None])
+    u = _uniform(seed[:, None], position[:, None], order)
+    gumbel = -torch.log(-torch.log(u))
+    choice = torch.where(keep, sorted_logits + gumbel, float("-inf")).argmax(-1)
+    sampled = order.gather(-1, choice[:, None])[:, 0]
+    return torch.where(temperature > 0, sampled, greedy)
+
+
+# ---- the engine ----------------------------------------------------------------------------
+
+
+def _powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+    out, b = [], lo
+    while b < hi:
+        out.append(b)
+        b *= 2
+    out.append(hi)
+    return tuple(sorted(set(out)))
+
+
+@dataclasses.dataclass
+class EngineConfig:
+    """``max_slots``: requests decoded together at most (the cache's rows).
+    ``max_len``: prompt plus output tokens of one request at most (the
+    cache's columns). The buckets default to powers of two up to those
+    bounds: ``prefill_buckets`` (padded prompt lengths, from 16),
+    ``batch_buckets`` (decode batch sizes, from 1), ``kv_buckets`` (cache
+    positions decode attends over, from 64). ``prefills_per_step``: requests
+    admitted between two decode steps at most."""
+
+    max_slots: int = 8
+    max_len: int = 256
+    prefill_buckets: tuple[int, ...] | None = None
+    batch_buckets: tuple[int, ...] | None = None
+    kv_buckets: tuple[int, ...] | None = None
+    prefills_per_step: int = 4
+    dtype: torch.dtype | None = None
+    compile: bool = True
+
+    def resolved(self) -> "EngineConfig":
+        c = dataclasses.replace(self)
+        if c.max_slots < 1 or c.max_len < 2:
+            raise ValueError(f"EngineConfig: max_slots >= 1 and max_len >= 2 needed, got {c.max_slots}, {c.max_len}")
+        c.prefill_buckets = tuple(sorted(c.prefill_buckets or _powers_of_two(min(16, c.max_len), c.max_len)))
+        c.batch_buckets = tuple(sorted(c.batch_buckets or _powers_of_two(1, c.max_slots)))
+        c.kv_buckets = tuple(sorted(c.kv_buckets or _powers_of_two(min(64, c.max_len), c.max_len)))
+        for name, bs, hi in (("prefill_buckets", c.prefill_buckets, c.max_len),
+                             ("batch_buckets", c.batch_buckets, c.max_slots),
+                             ("kv_buckets", c.kv_buckets, c.max_len)):
+            if bs[0] < 1 or bs[-1] != hi:
+                raise ValueError(f"EngineConfig.{name} must be positive and end at {hi}, got {bs}")
+        return c
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+    for b in buckets:
+        if b >= n:
+            return b
+    raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
+
+
+class Engine:
+    """Serves a causal LM (``transformers`` ``PreTrainedModel``, or a path or
+    config ``load_model`` accepts) on ``device`` with a slotted KV cache,
+    bucketed compiled programs and continuous batching."""
+
+    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, device: str = "tpu"):
+        if not isinstance(model, torch.nn.Module):
+            model, tokenizer = load_model(model, tokenizer)
+        self.config = (config or EngineConfig()).resolved()
+        c = self.config
+        self.device = torch.device(device)
+        if self.device.type == "tpu":
+            import torch_tpu  # noqa: F401 (registers the device)
+        if c.dtype is not None:
+            model = model.to(c.dtype)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        mc = model.config
+        self.vocab_size = int(mc.vocab_size)
+        heads = mc.num_attention_heads
+        kv_heads = getattr(mc, "num_key_value_heads", None) or heads
+        head_dim = getattr(mc, "head_dim", None) or mc.hidden_size // heads
+        layers = mc.num_hidden_layers
+        limit = getattr(mc, "max_position_embeddings", None)
+        if limit is not None and c.max_len > limit:
+            raise ValueError(f"EngineConfig.max_len={c.max_len} exceeds the model's max_position_embeddings={limit}")
+        dtype = next(model.parameters()).dtype
+        shape = (c.max_slots, c.max_len + 1, kv_heads, head_dim)
+        self.cache = _make_cache([torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)],
+                                 [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)])
+        self._mask_dtype = torch.bool if mc._attn_implementation in ("sdpa", "flash_attention_2") else dtype
+        self._window = getattr(mc, "sliding_window", None)
+        types = getattr(mc, "layer_types", None)
+        self._mask_types = sorted(set(types)) if types and "sliding_attention" in types else None
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self._fns = {}
+        for name, fn in (("prefill", self._prefill), ("decode", self._decode)):
+            for greedy in (True, False):
+                f = _bind_flag(fn, greedy)
+                self._fns[name, greedy] = (torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)
+                                           if c.compile else f)
+        self._variants = len(c.prefill_buckets) + len(c.batch_buckets) * len(c.kv_buckets)
+        self._lock = threading.Lock()
+        self._waiting: list[Request] = []
+        self._running: dict[int, Request] = {}  # slot -> request
+        self._free = list(range(c.max_slots))
+        self._seeds = torch.Generator().manual_seed(0)
+        self._wake = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.stats = {"prefills": 0, "decode_steps": 0, "tokens": 0, "requests": 0}
+
+    # -- the model's step functions (compiled per bucket) --
+
+    def _masks(self, q_pos: torch.Tensor, k_len: int) -> Any:
+        """Attention masks (N, 1, Q, k_len) for queries at positions q_pos
+        (N, Q) over cache positions 0..k_len-1."""
+        k = torch.arange(k_len, device=q_pos.device)
+        q = q_pos[:, None, :, None]
+        full = k <= q
+        masks = {"full_attention": full}
+        if self._mask_types is not None:
+            masks["sliding_attention"] = full & (k > q - self._window)
+        if self._mask_dtype != torch.bool:
+            lo = torch.finfo(self._mask_dtype).min
+            masks = {t: torch.where(m, 0.0, lo).to(self._mask_dtype) for t, m in masks.items()}
+        return masks if self._mask_types is not None else masks["full_attention"]
+
+    def _forward(self, tokens, positions, mask, keep):
+        kwargs = {"logits_to_keep": keep} if self._keep_arg and keep is not None else {}
+        out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache,
+                         use_cache=True, **kwargs)
+        return out.logits
+
+    def _prefill(self, greedy, tokens, meta, fparams):
+        """One prompt (1, T) padded at its end. meta: int64 [slot, length,
+        top_k, seed]; fparams: float [temperature, top_p]."""
+        t = tokens.shape[1]
+        slot, length = meta[0], meta[1]
+        pos = torch.arange(t, device=tokens.device)
+        row = slot * (self.config.max_len + 1)
+        self.cache.write_index = torch.where(pos < length, row + pos, row + self.config.max_len)
+        self.cache.read = None
+        last = (length - 1).reshape(1)
+        if self._keep_arg:
+            logits = self._forward(tokens, pos[None], self._masks(pos[None], t), last)[:, -1]
+        else:
+            logits = self._forward(tokens, pos[None], self._masks(pos[None], t), None)[0].index_select(0, last)
+        self.cache.write_index = None
+        return _sample(logits, fparams[0:1], meta[2:3], fparams[1:2], meta[3:4], length.reshape(1), greedy)
+
+    def _decode(self, greedy, tokens, meta, fparams, kv_len: int):
+        """One token for each of the first B slots. meta: int64 (4, B):
+        position (where the token goes), write index, top_k, seed; fparams:
+        float (2, B): temperature, top_p."""
+        b = tokens.shape[0]
+        pos = meta[0]
+        self.cache.write_index = meta[1]
+        self.cache.read = (b, kv_len)
+        logits = self._forward(tokens[:, None], pos[:, None], self._masks(pos[:, None], kv_len), None)[:, -1]
+        self.cache.write_index = self.cache.read = None
+        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy)
+
+    def _call(self, name, greedy, *args):
+        import torch._dynamo
+
+        limit = max(8, self._variants + 2)
+        with torch._dynamo.config.patch(recompile_limit=limit, accumulated_recompile_limit=max(256, 4 * limit)):
+            return self._fns[name, greedy](*args)
+
+    # -- warm-up --
+
+    def warmup(self) -> dict[str, int]:
+        """Compiles (or loads from the persistent cache) and captures every
+        bucket's prefill and decode program, greedy and sampling. Returns
+        counts of programs built. After it, serving compiles nothing."""
+        from . import cache_stats
+
+        before = cache_stats()
+        c = self.config
+        for greedy in (True, False):
+            for t in c.prefill_buckets:
+                for _ in range(2):  # the second call captures the replay
+                    self._run_prefill(Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1)), 0, greedy,
+                                      bucket=t)
+            for b in c.batch_buckets:
+                for k in c.kv_buckets:
+                    for _ in range(2):
+                        self._run_decode([], greedy, b, k)
+        after = cache_stats()
+        return {"compiled": after["misses"] - before["misses"], "loaded": after["disk_hits"] - before["disk_hits"]}
+
+    # -- requests --
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> Request:
+        """Queues a request; the running loop (``start``) or ``step`` serves it."""
+        params = params or SamplingParams()
+        params.validate()
+        n = len(prompt_ids)
+        if n == 0:
+            raise ValueError("the prompt is empty: at least one token is needed")
+        if n >= self.config.max_len:
+            raise ValueError(f"the prompt has {n} tokens; this engine serves at most {self.config.max_len - 1} "
+                             f"prompt tokens (max_len={self.config.max_len} counts the prompt and the output)")
+        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:4]} are outside the vocabulary [0, {self.vocab_size})")
+        r = Request(prompt_ids, params)
+        r.seed = (params.seed if params.seed is not None
+                  else int(torch.randint(0, 2**62, (1,), generator=self._seeds)))
+        r._stops = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
+        with self._wake:
+            self._waiting.append(r)
+            self.stats["requests"] += 1
+            self._wake.notify()
+        return r
+
+    def cancel(self, r: Request) -> None:
+        """Ends ``r`` (a client went away, or a stop string matched): a
+        waiting request leaves the queue; a running one leaves its slot
+        before the next decode step. No-op once finished."""
+        with self._wake:
+            if r.finished:
+                return
+            if r in self._waiting:
+                self._waiting.remove(r)
+            else:
+                r._cancelled = True
+                self._wake.notify()
+                return
+        r._finish("cancelled")
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
+                 ) -> list[list[int]]:
+        """Serves ``prompts`` (token id lists) to completion; their output ids."""
+        ps = params if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        reqs = [self.submit(p, q) for p, q in zip(prompts, ps)]
+        if self._thread is None:
+            while not all(r.finished for r in reqs):
+                self.step()
+        return [r.wait().output_ids for r in reqs]
+
+    # -- the loop --
+
+    def step(self) -> bool:
+        """Admits waiting requests (their prefill, up to prefills_per_step)
+        and runs one decode step for every running request. Returns whether
+        there was work."""
+        with self._lock:
+            admit = []
+            while self._waiting and self._free and len(admit) < self.config.prefills_per_step:
+                r = self._waiting.pop(0)
+                r.slot = self._free.pop(0)
+                admit.append(r)
+        for r in admit:
+            try:
+                tok = self._run_prefill(r, r.slot, r.params.temperature == 0)
+            except BaseException as e:  # noqa: BLE001 (the request fails, the engine goes on)
+                self._release(r, None, e)
+                continue
+            self.stats["prefills"] += 1
+            with self._lock:
+                self._running[r.slot] = r
+            self._accept(r, tok)
+        with self._lock:
+            running = sorted(self._running.values(), key=lambda r: r.slot)
+            cancelled = [r for r in running if r._cancelled]
+        for r in cancelled:
+            self._release(r, "cancelled")
+        running = [r for r in running if not r._cancelled]
+        if not running:
+            return bool(admit)
+        b = _bucket(running[-1].slot + 1, self.config.batch_buckets)
+        longest = max(len(r.prompt_ids) + len(r.output_ids) for r in running)
+        k = _bucket(longest, self.config.kv_buckets)
+        greedy = all(r.params.temperature == 0 for r in running)
+        try:
+            toks = self._run_decode(running, greedy, b, k)
+        except BaseException as e:  # noqa: BLE001
+            for r in running:
+                self._release(r, None, e)
+            return True
+        self.stats["decode_steps"] += 1
+        for r in running:
+            self._accept(r, toks[r.slot])
+        return True
+
+    def _run_prefill(self, r: Request, slot: int, greedy: bool, bucket: int | None = None) -> int:
+        n = len(r.prompt_ids)
+        t = bucket or _bucket(n, self.config.prefill_buckets)
+        tokens = torch.zeros(1, t, dtype=torch.int64)
+        tokens[0, :n] = torch.tensor(r.prompt_ids, dtype=torch.int64)
+        p = r.params
+        meta = torch.tensor([slot, n, p.top_k, r.seed], dtype=torch.int64)
+        fparams = torch.tensor([p.temperature, p.top_p], dtype=torch.float32)
+        dev = self.device
+        out = self._call("prefill", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev))
+        return int(out.cpu()[0])
+
+    def _run_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> list[int]:
+        c = self.config
+        meta = torch.zeros(4, b, dtype=torch.int64)
+        fparams = torch.ones(2, b, dtype=torch.float32)
+        tokens = torch.zeros(b, dtype=torch.int64)
+        # Idle rows write into their row's sink column and attend to position 0.
+        meta[1] = torch.arange(b) * (c.max_len + 1) + c.max_len
+        for r in running:
+            s = r.slot
+            pos = len(r.prompt_ids) + len(r.output_ids) - 1
+            tokens[s] = r.output_ids[-1]
+            meta[0, s] = pos
+            meta[1, s] = s * (c.max_len + 1) + pos
+            meta[2, s] = r.params.top_k
+            meta[3, s] = r.seed
+            fparams[0, s] = r.params.temperature
+            fparams[1, s] = r.params.top_p
+        dev = self.device
+        out = self._call("decode", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev), k)
+        return out.cpu().tolist()
+
+    def _accept(self, r: Request, tok: int) -> None:
+        r._emit(tok)
+        self.stats["tokens"] += 1
+        total = len(r.prompt_ids) + len(r.output_ids)
+        if tok in r._stops:
+            self._release(r, "stop")
+        elif len(r.output_ids) >= r.params.max_tokens or total >= self.config.max_len:
+            self._release(r, "length")
+
+    def _release(self, r: Request, reason: str | None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if self._running.get(r.slot) is r:
+                del self._running[r.slot]
+            if r.slot >= 0:
+                self._free.append(r.slot)
+                self._free.sort()
+                r.slot = -1
+        r._finish(reason, error)
+
+    def start(self) -> None:
+        """Runs the serving loop on a background thread (``stop`` ends it)."""
+        if self._thread is not None:
+            return
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="torch_tpu-serving", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stop and not self._waiting and not self._running:
+                    self._wake.wait()
+                if self._stop:
+                    break
+            self.step()
+        with self._lock:
+            pending = self._waiting + list(self._running.values())
+            self._waiting = []
+        for r in pending:
+            self._release(r, None, RuntimeError("the engine was stopped"))
+
+
+def _bind_flag(fn, greedy):
+    """``fn`` with its first argument bound (a plain function, so Dynamo
+    keeps one code object per step function and greedy flag)."""
+    if greedy:
+        def call(*args):
+            return fn(True, *args)
+    else:
+        def call(*args):
+            return fn(False, *args)
+    return call
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids = set()
+    for src in (getattr(model, "generation_config", None), model.config, tokenizer):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, (list, tuple)):
+            ids.update(int(x) for x in e)
+    return frozenset(ids)
+
+
+# ---- models and tokenizers -----------------------------------------------------------------
+
+
+class ByteTokenizer:
+    """A tokenizer for models saved without one: token ids 0..255 are UTF-8
+    bytes; 256 is the end of text (also the beginning)."""
+
+    eos_token_id = 256
+    bos_token_id = 256
+    vocab_size = 257
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = True, **_):
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        if add_generation_prompt:
+            text += "<assistant>"
+        return self.encode(text) if tokenize else text
+
+
+def tiny_model_config(vocab_size: int = 257, **overrides):
+    """A small Llama config (random weights): for tests and demos."""
+    from transformers import LlamaConfig
+
+    kw = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=256,
+              eos_token_id=256, pad_token_id=256)
+    kw.update(overrides)
+    return LlamaConfig(**kw)
+
+
+def load_model(source, tokenizer=None, seed: int = 0):
+    """(model, tokenizer) from a saved model directory (its tokenizer if it
+    has one, else ``ByteTokenizer``), a config (a ``PretrainedConfig``, a
+    config.json path, or ``"tiny-llama"``: random weights from ``seed``)."""
+    import os
+
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    if isinstance(source, transformers.PretrainedConfig) or source == "tiny-llama" or (
+            isinstance(source, str) and source.endswith(".json")):
+        cfg = (tiny_model_config() if source == "tiny-llama" else source if not isinstance(source, str)
+               else transformers.AutoConfig.from_pretrained(source))
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    elif isinstance(source, str) and os.path.isdir(source):
+        model = transformers.AutoModelForCausalLM.from_pretrained(source)
+        if tokenizer is None:
+            try:
+                tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+            except (OSError, ValueError, TypeError):
+                tokenizer = None
+    else:
+        raise ValueError(f"load_model: {source!r} is neither a model directory, a config.json nor 'tiny-llama'")
+    return model.eval(), tokenizer if tokenizer is not None else ByteTokenizer()
