@@ -269,7 +269,9 @@ class EngineConfig:
     bounds: ``prefill_buckets`` (padded prompt lengths, from 16),
     ``batch_buckets`` (decode batch sizes, from 1), ``kv_buckets`` (cache
     positions decode attends over, from 64). ``prefills_per_step``: requests
-    admitted between two decode steps at most."""
+    admitted between two decode steps at most; they are prefilled together,
+    in one program of a ``prefill_batch_buckets`` size (default: 1 and
+    ``prefills_per_step``)."""
 
     max_slots: int = 8
     max_len: int = 256
@@ -277,6 +279,7 @@ class EngineConfig:
     batch_buckets: tuple[int, ...] | None = None
     kv_buckets: tuple[int, ...] | None = None
     prefills_per_step: int = 4
+    prefill_batch_buckets: tuple[int, ...] | None = None
     dtype: torch.dtype | None = None
     compile: bool = True
 
@@ -287,9 +290,12 @@ class EngineConfig:
         c.prefill_buckets = tuple(sorted(c.prefill_buckets or _powers_of_two(min(16, c.max_len), c.max_len)))
         c.batch_buckets = tuple(sorted(c.batch_buckets or _powers_of_two(1, c.max_slots)))
         c.kv_buckets = tuple(sorted(c.kv_buckets or _powers_of_two(min(64, c.max_len), c.max_len)))
+        c.prefills_per_step = max(1, min(c.prefills_per_step, c.max_slots))
+        c.prefill_batch_buckets = tuple(sorted(set(c.prefill_batch_buckets or (1, c.prefills_per_step))))
         for name, bs, hi in (("prefill_buckets", c.prefill_buckets, c.max_len),
                              ("batch_buckets", c.batch_buckets, c.max_slots),
-                             ("kv_buckets", c.kv_buckets, c.max_len)):
+                             ("kv_buckets", c.kv_buckets, c.max_len),
+                             ("prefill_batch_buckets", c.prefill_batch_buckets, c.prefills_per_step)):
             if bs[0] < 1 or bs[-1] != hi:
                 raise ValueError(f"EngineConfig.{name} must be positive and end at {hi}, got {bs}")
         return c
@@ -317,6 +323,7 @@ class Engine:
             import torch_tpu  # noqa: F401 (registers the device)
         if c.dtype is not None:
             model = model.to(c.dtype)
+        _weights_in_input_major_layout(model)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         mc = model.config
@@ -339,12 +346,12 @@ class Engine:
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._fns = {}
-        for name, fn in (("prefill", self._prefill), ("decode", self._decode)):
-            for greedy in (True, False):
-                f = _bind_flag(fn, greedy)
-                self._fns[name, greedy] = (torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)
-                                           if c.compile else f)
-        self._variants = len(c.prefill_buckets) + len(c.batch_buckets) * len(c.kv_buckets)
+        # One function (one code object, so one Dynamo cache) per step kind.
+        for key, f in ((("prefill", True), self._prefill_greedy), (("prefill", False), self._prefill_sampled),
+                       (("decode", True), self._decode_greedy), (("decode", False), self._decode_sampled)):
+            self._fns[key] = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False) if c.compile else f
+        self._variants = max(len(c.prefill_buckets) * len(c.prefill_batch_buckets),
+                             len(c.batch_buckets) * len(c.kv_buckets))
         self._lock = threading.Lock()
         self._waiting: list[Request] = []
         self._running: dict[int, Request] = {}  # slot -> request
@@ -378,21 +385,27 @@ class Engine:
         return out.logits
 
     def _prefill(self, greedy, tokens, meta, fparams):
-        """One prompt (1, T) padded at its end. meta: int64 [slot, length,
-        top_k, seed]; fparams: float [temperature, top_p]."""
-        t = tokens.shape[1]
+        """P prompts (P, T), each padded at its end. meta: int64 (4, P):
+        slot, length, top_k, seed; fparams: float (2, P): temperature,
+        top_p. Returns each prompt's next token (P,)."""
+        p, t = tokens.shape
         slot, length = meta[0], meta[1]
         pos = torch.arange(t, device=tokens.device)
-        row = slot * (self.config.max_len + 1)
-        self.cache.write_index = torch.where(pos < length, row + pos, row + self.config.max_len)
+        row = (slot * (self.config.max_len + 1))[:, None]
+        self.cache.write_index = torch.where(pos < length[:, None], row + pos, row + self.config.max_len).reshape(-1)
         self.cache.read = None
-        last = (length - 1).reshape(1)
+        last = length - 1
+        positions = pos.expand(p, t)
         if self._keep_arg:
-            logits = self._forward(tokens, pos[None], self._masks(pos[None], t), last)[:, -1]
+            # logits_to_keep picks the same positions in every row: keep each
+            # row's last position (P of them) and take the diagonal.
+            logits = self._forward(tokens, positions, self._masks(positions, t), last)
+            logits = logits[torch.arange(p, device=tokens.device), torch.arange(p, device=tokens.device)]
         else:
-            logits = self._forward(tokens, pos[None], self._masks(pos[None], t), None)[0].index_select(0, last)
+            logits = self._forward(tokens, positions, self._masks(positions, t), None)
+            logits = logits[torch.arange(p, device=tokens.device), last]
         self.cache.write_index = None
-        return _sample(logits, fparams[0:1], meta[2:3], fparams[1:2], meta[3:4], length.reshape(1), greedy)
+        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], length, greedy)
 
     def _decode(self, greedy, tokens, meta, fparams, kv_len: int):
         """One token for each of the first B slots. meta: int64 (4, B):
@@ -406,11 +419,24 @@ class Engine:
         self.cache.write_index = self.cache.read = None
         return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy)
 
+    def _prefill_greedy(self, *args):
+        return self._prefill(True, *args)
+
+    def _prefill_sampled(self, *args):
+        return self._prefill(False, *args)
+
+    def _decode_greedy(self, *args):
+        return self._decode(True, *args)
+
+    def _decode_sampled(self, *args):
+        return self._decode(False, *args)
+
     def _call(self, name, greedy, *args):
         import torch._dynamo
 
         limit = max(8, self._variants + 2)
-        with torch._dynamo.config.patch(recompile_limit=limit, accumulated_recompile_limit=max(256, 4 * limit)):
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit,
+                                                         accumulated_recompile_limit=max(256, 4 * limit)):
             return self._fns[name, greedy](*args)
 
     # -- warm-up --
@@ -425,9 +451,12 @@ class Engine:
         c = self.config
         for greedy in (True, False):
             for t in c.prefill_buckets:
-                for _ in range(2):  # the second call captures the replay
-                    self._run_prefill(Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1)), 0, greedy,
-                                      bucket=t)
+                for p in c.prefill_batch_buckets:
+                    reqs = [Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1)) for _ in range(p)]
+                    for i, r in enumerate(reqs):
+                        r.slot = i
+                    for _ in range(2):  # the second call captures the replay
+                        self._run_prefill(reqs, greedy)
             for b in c.batch_buckets:
                 for k in c.kv_buckets:
                     for _ in range(2):
@@ -497,16 +526,20 @@ class Engine:
                 r = self._waiting.pop(0)
                 r.slot = self._free.pop(0)
                 admit.append(r)
-        for r in admit:
+        if admit:
             try:
-                tok = self._run_prefill(r, r.slot, r.params.temperature == 0)
-            except BaseException as e:  # noqa: BLE001 (the request fails, the engine goes on)
-                self._release(r, None, e)
-                continue
-            self.stats["prefills"] += 1
-            with self._lock:
-                self._running[r.slot] = r
-            self._accept(r, tok)
+                toks = self._run_prefill(admit, all(r.params.temperature == 0 for r in admit))
+            except BaseException as e:  # noqa: BLE001 (the requests fail, the engine goes on)
+                for r in admit:
+                    self._release(r, None, e)
+                toks = None
+            if toks is not None:
+                self.stats["prefills"] += 1
+                with self._lock:
+                    for r in admit:
+                        self._running[r.slot] = r
+                for r, tok in zip(admit, toks):
+                    self._accept(r, tok)
         with self._lock:
             running = sorted(self._running.values(), key=lambda r: r.slot)
             cancelled = [r for r in running if r._cancelled]
@@ -530,17 +563,23 @@ class Engine:
             self._accept(r, toks[r.slot])
         return True
 
-    def _run_prefill(self, r: Request, slot: int, greedy: bool, bucket: int | None = None) -> int:
-        n = len(r.prompt_ids)
-        t = bucket or _bucket(n, self.config.prefill_buckets)
-        tokens = torch.zeros(1, t, dtype=torch.int64)
-        tokens[0, :n] = torch.tensor(r.prompt_ids, dtype=torch.int64)
-        p = r.params
-        meta = torch.tensor([slot, n, p.top_k, r.seed], dtype=torch.int64)
-        fparams = torch.tensor([p.temperature, p.top_p], dtype=torch.float32)
+    def _run_prefill(self, reqs: list[Request], greedy: bool) -> list[int]:
+        c = self.config
+        t = _bucket(max(len(r.prompt_ids) for r in reqs), c.prefill_buckets)
+        p = _bucket(len(reqs), c.prefill_batch_buckets)
+        tokens = torch.zeros(p, t, dtype=torch.int64)
+        meta = torch.zeros(4, p, dtype=torch.int64)
+        fparams = torch.ones(2, p, dtype=torch.float32)
+        # Padding rows: one token into the first request's sink column.
+        meta[0], meta[1] = reqs[0].slot, 0
+        for i, r in enumerate(reqs):
+            n = len(r.prompt_ids)
+            tokens[i, :n] = torch.tensor(r.prompt_ids, dtype=torch.int64)
+            meta[:, i] = torch.tensor([r.slot, n, r.params.top_k, r.seed])
+            fparams[:, i] = torch.tensor([r.params.temperature, r.params.top_p])
         dev = self.device
         out = self._call("prefill", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev))
-        return int(out.cpu()[0])
+        return out.cpu().tolist()[:len(reqs)]
 
     def _run_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> list[int]:
         c = self.config
@@ -613,16 +652,17 @@ class Engine:
             self._release(r, None, RuntimeError("the engine was stopped"))
 
 
-def _bind_flag(fn, greedy):
-    """``fn`` with its first argument bound (a plain function, so Dynamo
-    keeps one code object per step function and greedy flag)."""
-    if greedy:
-        def call(*args):
-            return fn(True, *args)
-    else:
-        def call(*args):
-            return fn(False, *args)
-    return call
+def _weights_in_input_major_layout(model: torch.nn.Module) -> None:
+    """Stores each Linear weight (out, in) with strides (1, out): same
+    values and shape, but a program multiplies by it as (in, out) without
+    repacking it (on the CPU plugin, a decode step's matmuls of a few rows
+    by a torch-layout weight cost about twice as much)."""
+    with torch.no_grad():
+        for mod in model.modules():
+            w = getattr(mod, "weight", None)
+            if isinstance(mod, torch.nn.Linear) and isinstance(w, torch.nn.Parameter) and w.dim() == 2:
+                if w.stride() != (1, w.shape[0]):
+                    w.data = w.data.t().contiguous().t()
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:
