@@ -162,24 +162,37 @@ class _SlotCache:
     """Keys and values of every layer, one row per slot. ``write_index``
     (flat row * (max_len + 1) + position, per new token) says where this
     call's keys go; ``read`` is None in prefill (attention over the prompt's
-    own keys) or ``(B, K)`` in decode (the first B rows, first K positions)."""
+    own keys) or ``(B, K)`` in decode (the first B rows' first K positions,
+    then the new token's key)."""
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
         self.keys = keys
         self.values = values
         self.write_index: torch.Tensor | None = None
         self.read: tuple[int, int] | None = None
+        self.new_keys: list[torch.Tensor] = []
+        self.new_values: list[torch.Tensor] = []
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        b, h, t, d = key_states.shape
-        k_cache, v_cache = self.keys[layer_idx], self.values[layer_idx]
-        idx = self.write_index
-        k_cache.view(-1, h, d).index_copy_(0, idx, key_states.transpose(1, 2).reshape(b * t, h, d))
-        v_cache.view(-1, h, d).index_copy_(0, idx, value_states.transpose(1, 2).reshape(b * t, h, d))
         if self.read is None:
+            self.write(layer_idx, key_states, value_states, self.write_index)
             return key_states, value_states
+        # Decode: the cached keys, then this call's own. The new keys are
+        # written by a program of their own (``Engine._write``): XLA copies
+        # a whole buffer that one program both reads and updates in place.
         rows, length = self.read
-        return (k_cache[:rows, :length].transpose(1, 2), v_cache[:rows, :length].transpose(1, 2))
+        k_cache, v_cache = self.keys[layer_idx], self.values[layer_idx]
+        self.new_keys.append(key_states)
+        self.new_values.append(value_states)
+        return (torch.cat([k_cache[:rows, :length].transpose(1, 2), key_states], 2),
+                torch.cat([v_cache[:rows, :length].transpose(1, 2), value_states], 2))
+
+    def write(self, layer_idx, key_states, value_states, index):
+        """Writes (B, H, T, D) keys and values at the flat indices (B * T)."""
+        b, h, t, d = key_states.shape
+        self.keys[layer_idx].view(-1, h, d).index_copy_(0, index, key_states.transpose(1, 2).reshape(b * t, h, d))
+        self.values[layer_idx].view(-1, h, d).index_copy_(0, index,
+                                                          value_states.transpose(1, 2).reshape(b * t, h, d))
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0
@@ -350,8 +363,11 @@ class Engine:
         for key, f in ((("prefill", True), self._prefill_greedy), (("prefill", False), self._prefill_sampled),
                        (("decode", True), self._decode_greedy), (("decode", False), self._decode_sampled)):
             self._fns[key] = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False) if c.compile else f
+        self._fns["write", None] = (torch.compile(self._write, backend="tpu", fullgraph=True, dynamic=False)
+                                    if c.compile else self._write)
         self._variants = max(len(c.prefill_buckets) * len(c.prefill_batch_buckets),
                              len(c.batch_buckets) * len(c.kv_buckets))
+        self._limits = None
         self._lock = threading.Lock()
         self._waiting: list[Request] = []
         self._running: dict[int, Request] = {}  # slot -> request
@@ -364,12 +380,18 @@ class Engine:
 
     # -- the model's step functions (compiled per bucket) --
 
-    def _masks(self, q_pos: torch.Tensor, k_len: int) -> Any:
+    def _masks(self, q_pos: torch.Tensor, k_len: int, new_key: bool = False) -> Any:
         """Attention masks (N, 1, Q, k_len) for queries at positions q_pos
-        (N, Q) over cache positions 0..k_len-1."""
+        (N, Q) over keys at positions 0..k_len-1 (causal); with ``new_key``,
+        over cache positions 0..k_len-2 before each query's own position and
+        a last key that is the query's own (decode)."""
         k = torch.arange(k_len, device=q_pos.device)
         q = q_pos[:, None, :, None]
-        full = k <= q
+        if new_key:
+            k = torch.where(k == k_len - 1, q, k)  # the last column holds position q
+            full = (k < q) | (torch.arange(k_len, device=q_pos.device) == k_len - 1)
+        else:
+            full = k <= q
         masks = {"full_attention": full}
         if self._mask_types is not None:
             masks["sliding_attention"] = full & (k > q - self._window)
@@ -407,17 +429,27 @@ class Engine:
         self.cache.write_index = None
         return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], length, greedy)
 
-    def _decode(self, greedy, tokens, meta, fparams, kv_len: int):
-        """One token for each of the first B slots. meta: int64 (4, B):
-        position (where the token goes), write index, top_k, seed; fparams:
-        float (2, B): temperature, top_p."""
-        b = tokens.shape[0]
-        pos = meta[0]
-        self.cache.write_index = meta[1]
+    def _decode(self, greedy, meta, fparams, kv_len: int):
+        """One token for each of the first B slots. meta: int64 (5, B):
+        position (where the input token goes), write index, top_k, seed,
+        input token; fparams: float (2, B): temperature, top_p. Returns the
+        next tokens and the input tokens' keys and values."""
+        b = meta.shape[1]
+        pos, tokens = meta[0], meta[4]
         self.cache.read = (b, kv_len)
-        logits = self._forward(tokens[:, None], pos[:, None], self._masks(pos[:, None], kv_len), None)[:, -1]
-        self.cache.write_index = self.cache.read = None
-        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy)
+        self.cache.new_keys, self.cache.new_values = [], []
+        mask = self._masks(pos[:, None], kv_len + 1, new_key=True)
+        logits = self._forward(tokens[:, None], pos[:, None], mask, None)[:, -1]
+        new_k, new_v = torch.stack(self.cache.new_keys), torch.stack(self.cache.new_values)
+        self.cache.read, self.cache.new_keys, self.cache.new_values = None, [], []
+        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy), new_k, new_v
+
+    def _write(self, new_k, new_v, index):
+        """Writes one decode step's keys and values (layers, B, H, 1, D) at
+        the flat cache indices (B,): a program that only writes the cache,
+        so it updates it in place."""
+        for layer in range(new_k.shape[0]):
+            self.cache.write(layer, new_k[layer], new_v[layer], index)
 
     def _prefill_greedy(self, *args):
         return self._prefill(True, *args)
@@ -432,11 +464,15 @@ class Engine:
         return self._decode(False, *args)
 
     def _call(self, name, greedy, *args):
-        import torch._dynamo
+        if self._limits is None:
+            from torch import _dynamo
 
-        limit = max(8, self._variants + 2)
-        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=limit,
-                                                         accumulated_recompile_limit=max(256, 4 * limit)):
+            # Each step function compiles once per bucket: raise Dynamo's
+            # recompile limits while the engine calls them (not globally).
+            limit = max(8, self._variants + 2)
+            self._limits = _dynamo.config.patch(recompile_limit=limit,
+                                                accumulated_recompile_limit=max(256, 4 * limit))
+        with torch.no_grad(), self._limits:
             return self._fns[name, greedy](*args)
 
     # -- warm-up --
@@ -582,24 +618,21 @@ class Engine:
         return out.cpu().tolist()[:len(reqs)]
 
     def _run_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> list[int]:
-        c = self.config
-        meta = torch.zeros(4, b, dtype=torch.int64)
-        fparams = torch.ones(2, b, dtype=torch.float32)
-        tokens = torch.zeros(b, dtype=torch.int64)
+        width = self.config.max_len + 1
         # Idle rows write into their row's sink column and attend to position 0.
-        meta[1] = torch.arange(b) * (c.max_len + 1) + c.max_len
+        pos, index, top_k, seed, tokens = [0] * b, [i * width + width - 1 for i in range(b)], [0] * b, [0] * b, [0] * b
+        temperature, top_p = [1.0] * b, [1.0] * b
         for r in running:
             s = r.slot
-            pos = len(r.prompt_ids) + len(r.output_ids) - 1
-            tokens[s] = r.output_ids[-1]
-            meta[0, s] = pos
-            meta[1, s] = s * (c.max_len + 1) + pos
-            meta[2, s] = r.params.top_k
-            meta[3, s] = r.seed
-            fparams[0, s] = r.params.temperature
-            fparams[1, s] = r.params.top_p
+            pos[s] = len(r.prompt_ids) + len(r.output_ids) - 1
+            index[s] = s * width + pos[s]
+            top_k[s], seed[s], tokens[s] = r.params.top_k, r.seed, r.output_ids[-1]
+            temperature[s], top_p[s] = r.params.temperature, r.params.top_p
         dev = self.device
-        out = self._call("decode", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev), k)
+        meta = torch.tensor([pos, index, top_k, seed, tokens], dtype=torch.int64).to(dev)
+        fparams = torch.tensor([temperature, top_p], dtype=torch.float32).to(dev)
+        out, new_k, new_v = self._call("decode", greedy, meta, fparams, k)
+        self._call("write", None, new_k, new_v, meta[1])
         return out.cpu().tolist()
 
     def _accept(self, r: Request, tok: int) -> None:
