@@ -33,6 +33,7 @@ HTTP server in ``torch_tpu.serve`` does this).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import itertools
 import queue
@@ -152,12 +153,6 @@ class Request:
 # ---- the cache -----------------------------------------------------------------------------
 
 
-def _cache_base():
-    from transformers.cache_utils import Cache
-
-    return Cache
-
-
 class _SlotCache:
     """Keys and values of every layer, one row per slot. ``write_index``
     (flat row * (max_len + 1) + position, per new token) says where this
@@ -198,19 +193,48 @@ class _SlotCache:
         return 0
 
 
-def _make_cache(keys, values):
-    """A ``_SlotCache`` that is also a transformers ``Cache`` (models check)."""
-    base = _cache_base()
-    cls = _make_cache.__dict__.get("cls")
-    if cls is None:
-        cls = type("SlotCache", (_SlotCache, base), {
-            "__init__": lambda self, k, v: (base.__init__(self, layers=[]), _SlotCache.__init__(self, k, v))[1],
-            "update": _SlotCache.update,
-            "get_seq_length": _SlotCache.get_seq_length,
-            "is_compileable": True,
-        })
-        _make_cache.cls = cls
-    return cls(keys, values)
+@functools.lru_cache(maxsize=None)
+def _slot_cache_class():
+    """``_SlotCache`` as a transformers ``Cache`` (models check the type);
+    made on first use, so that importing this module needs no transformers."""
+    from transformers.cache_utils import Cache
+
+    class SlotCache(_SlotCache, Cache):
+        is_compileable = True
+
+        def __init__(self, keys, values):
+            Cache.__init__(self, layers=[])
+            _SlotCache.__init__(self, keys, values)
+
+    return SlotCache
+
+
+def _grouped_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Scaled dot-product attention of (B, Hq, Q, D) queries over (B, Hkv, K,
+    D) keys and values with Hq = r * Hkv (grouped-query attention): the
+    query heads that share a key head become rows of one attention, so the
+    keys and values are never repeated r times (Hugging Face's sdpa path
+    repeats them when it is compiled). Returns (B, Q, Hq, D) as the sdpa
+    integration does."""
+    b, hq, q, d = query.shape
+    hkv = key.shape[1]
+    r = hq // hkv
+    mask = attention_mask
+    if r > 1:
+        query = query.reshape(b, hkv, r * q, d)
+        if mask is not None:
+            mask = mask[:, :, None].expand(mask.shape[0], mask.shape[1], r, *mask.shape[2:])
+            mask = mask.reshape(mask.shape[0], mask.shape[1], r * q, mask.shape[-1])
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, hq, q, d).transpose(1, 2), None
+
+
+@functools.lru_cache(maxsize=None)
+def _register_attention() -> str:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register("torch_tpu_grouped_sdpa", _grouped_sdpa)
+    return "torch_tpu_grouped_sdpa"
 
 
 # ---- sampling on the device ----------------------------------------------------------------
@@ -350,9 +374,12 @@ class Engine:
             raise ValueError(f"EngineConfig.max_len={c.max_len} exceeds the model's max_position_embeddings={limit}")
         dtype = next(model.parameters()).dtype
         shape = (c.max_slots, c.max_len + 1, kv_heads, head_dim)
-        self.cache = _make_cache([torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)],
+        self.cache = _slot_cache_class()([torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)],
                                  [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)])
-        self._mask_dtype = torch.bool if mc._attn_implementation in ("sdpa", "flash_attention_2") else dtype
+        if mc._attn_implementation == "sdpa" and heads != kv_heads and not getattr(mc, "attn_logit_softcapping", None):
+            self.model.set_attn_implementation(_register_attention())
+        self._mask_dtype = torch.bool if mc._attn_implementation in ("sdpa", "flash_attention_2",
+                                                                     "torch_tpu_grouped_sdpa") else dtype
         self._window = getattr(mc, "sliding_window", None)
         types = getattr(mc, "layer_types", None)
         self._mask_types = sorted(set(types)) if types and "sliding_attention" in types else None
