@@ -348,7 +348,12 @@ def _bucket(n: int, buckets: Sequence[int]) -> int:
 class Engine:
     """Serves a causal LM (``transformers`` ``PreTrainedModel``, or a path or
     config ``load_model`` accepts) on ``device`` with a slotted KV cache,
-    bucketed compiled programs and continuous batching."""
+    bucketed compiled programs and continuous batching.
+
+    The engine takes the model over: it moves it to ``device`` in eval mode,
+    stores its Linear weights input-major (same values; see
+    ``_weights_in_input_major_layout``) and, for grouped-query attention
+    under sdpa, switches its attention to ``_grouped_sdpa`` (same results)."""
 
     def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, device: str = "tpu"):
         if not isinstance(model, torch.nn.Module):
@@ -377,7 +382,10 @@ class Engine:
         self.cache = _slot_cache_class()([torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)],
                                  [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)])
         if mc._attn_implementation == "sdpa" and heads != kv_heads and not getattr(mc, "attn_logit_softcapping", None):
-            self.model.set_attn_implementation(_register_attention())
+            try:
+                self.model.set_attn_implementation(_register_attention())
+            except (ValueError, ImportError, AttributeError):
+                pass  # (a model that refuses it keeps sdpa)
         self._mask_dtype = torch.bool if mc._attn_implementation in ("sdpa", "flash_attention_2",
                                                                      "torch_tpu_grouped_sdpa") else dtype
         self._window = getattr(mc, "sliding_window", None)
