@@ -388,9 +388,14 @@ class Engine:
                 pass  # (a model that refuses it keeps sdpa)
         self._mask_dtype = torch.bool if mc._attn_implementation in ("sdpa", "flash_attention_2",
                                                                      "torch_tpu_grouped_sdpa") else dtype
+        # Which masks the model's layers take: one per layer type where the
+        # config lists them (a dict, e.g. Gemma 2/3, Qwen2 with sliding
+        # layers), else one mask, with the sliding window in it where the
+        # config sets one for every layer (Mistral).
         self._window = getattr(mc, "sliding_window", None)
         types = getattr(mc, "layer_types", None)
         self._mask_types = sorted(set(types)) if types and "sliding_attention" in types else None
+        self._all_sliding = not types and self._window is not None
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._fns = {}
@@ -427,6 +432,8 @@ class Engine:
             full = (k < q) | (torch.arange(k_len, device=q_pos.device) == k_len - 1)
         else:
             full = k <= q
+        if self._all_sliding:
+            full = full & (k > q - self._window)
         masks = {"full_attention": full}
         if self._mask_types is not None:
             masks["sliding_attention"] = full & (k > q - self._window)

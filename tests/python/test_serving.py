@@ -42,7 +42,7 @@ def engine():
 def _cpu_greedy(model, prompt, n):
     ids = torch.tensor([prompt])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                         eos_token_id=None, pad_token_id=256)
+                         eos_token_id=None, pad_token_id=model.config.vocab_size - 1)
     return out[0, len(prompt):].tolist()
 
 
@@ -188,6 +188,39 @@ def test_concurrent_clients_after_warmup_compile_nothing(engine, cpu_model):
     greedy = [(p, r) for (p, q), (r, _) in zip(jobs, results) if q.temperature == 0][:5]
     for prompt, r in greedy:
         assert r.output_ids == _cpu_greedy(cpu_model, prompt, len(r.output_ids))
+
+
+def _family(name):
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=128)
+    t = transformers
+    if name == "gpt2":
+        return t.GPT2LMHeadModel(t.GPT2Config(vocab_size=300, n_embd=64, n_layer=2, n_head=4, n_positions=128))
+    if name == "mistral (sliding window)":
+        return t.MistralForCausalLM(t.MistralConfig(num_key_value_heads=2, sliding_window=8, **common))
+    if name == "gemma2 (eager attention, sliding and full layers)":
+        return t.Gemma2ForCausalLM(t.Gemma2Config(num_key_value_heads=2, head_dim=16, sliding_window=4, **common))
+    if name == "qwen2 (sliding layers)":
+        return t.Qwen2ForCausalLM(t.Qwen2Config(num_key_value_heads=2, use_sliding_window=True, sliding_window=4,
+                                                max_window_layers=1, **common))
+    return t.Phi3ForCausalLM(t.Phi3Config(num_key_value_heads=2, pad_token_id=0, **common))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral (sliding window)", "gemma2 (eager attention, sliding and full layers)",
+                                  "qwen2 (sliding layers)", "phi3"])
+def test_other_families_give_hf_generate_tokens(name):
+    """The engine's masks (one per layer type, sliding windows, additive
+    masks for eager attention) and slot cache across model families: greedy
+    tokens equal to HF generate() (the engine's own logic, run uncompiled on
+    CPU; the compiled tpu path is tested on Llama above)."""
+    torch.manual_seed(0)
+    ref_model = _family(name).eval()
+    prompts = [list(range(5, 17)), [1, 2]]
+    ref = [_cpu_greedy(ref_model, p, 10) for p in prompts]
+    torch.manual_seed(0)
+    e = serving.Engine(_family(name).eval(), config=serving.EngineConfig(max_slots=2, max_len=64, compile=False),
+                       device="cpu")
+    assert e.generate(prompts, GREEDY) == ref
 
 
 # ---- the HTTP server ---------------------------------------------------------------------------
