@@ -161,11 +161,7 @@ def build_app(engine: Engine, model_name: str):
     def _watch(r: Request) -> asyncio.Queue:
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
-        r.add_listener(lambda _r, tok: loop.call_soon_threadsafe(q.put_nowait, tok))
-        for t in list(r.output_ids):  # tokens produced before the listener was added
-            q.put_nowait(t)
-        if r.finished:
-            q.put_nowait(None)
+        r.add_listener(lambda _r, tok: loop.call_soon_threadsafe(q.put_nowait, tok))  # (earlier tokens replayed)
         return q
 
     async def _tokens(r: Request, q: asyncio.Queue, stops: _Stops):

@@ -99,9 +99,11 @@ class Request:
         self.first_token_time: float | None = None
         self._stops: frozenset[int] = frozenset()
         self._cancelled = False
+        self._pending = 0  # tokens computed by a launched decode step, not read yet
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
         self._listeners: list[Callable[[Request, int | None], None]] = []
+        self._events = threading.Lock()  # orders tokens, the finish and new listeners
 
     @property
     def finished(self) -> bool:
@@ -109,22 +111,31 @@ class Request:
 
     def add_listener(self, fn: Callable[["Request", int | None], None]) -> None:
         """``fn(request, token)`` is called on the engine's thread for each
-        new token, then ``fn(request, None)`` once it is finished."""
-        self._listeners.append(fn)
+        new token, then ``fn(request, None)`` once it is finished. Tokens
+        produced before the call (and the finish, if it came) are replayed
+        to ``fn`` at once, in order: it sees every token exactly once."""
+        with self._events:
+            for t in self.output_ids:
+                fn(self, t)
+            if self.finished:
+                fn(self, None)
+            self._listeners.append(fn)
 
     def _emit(self, token: int) -> None:
-        if self.first_token_time is None:
-            self.first_token_time = time.perf_counter()
-        self.output_ids.append(token)
-        self._queue.put(token)
-        self._notify(token)
+        with self._events:
+            if self.first_token_time is None:
+                self.first_token_time = time.perf_counter()
+            self.output_ids.append(token)
+            self._queue.put(token)
+            self._notify(token)
 
     def _finish(self, reason: str | None, error: BaseException | None = None) -> None:
-        self.finish_reason = reason
-        self.error = error
-        self._done.set()
-        self._queue.put(_FINISHED)
-        self._notify(None)
+        with self._events:
+            self.finish_reason = reason
+            self.error = error
+            self._done.set()
+            self._queue.put(_FINISHED)
+            self._notify(None)
 
     def _notify(self, token: int | None) -> None:
         for fn in self._listeners:
@@ -308,7 +319,10 @@ class EngineConfig:
     positions decode attends over, from 64). ``prefills_per_step``: requests
     admitted between two decode steps at most; they are prefilled together,
     in one program of a ``prefill_batch_buckets`` size (default: 1 and
-    ``prefills_per_step``)."""
+    ``prefills_per_step``). ``pipeline``: launch each decode step before
+    reading the previous one's tokens (their host work overlaps the device's;
+    a request that stopped is found one step late and its extra token
+    dropped)."""
 
     max_slots: int = 8
     max_len: int = 256
@@ -317,6 +331,7 @@ class EngineConfig:
     kv_buckets: tuple[int, ...] | None = None
     prefills_per_step: int = 4
     prefill_batch_buckets: tuple[int, ...] | None = None
+    pipeline: bool = True
     dtype: torch.dtype | None = None
     compile: bool = True
 
@@ -407,6 +422,8 @@ class Engine:
                                     if c.compile else self._write)
         self._variants = max(len(c.prefill_buckets) * len(c.prefill_batch_buckets),
                              len(c.batch_buckets) * len(c.kv_buckets))
+        self._last_tokens = torch.zeros(c.max_slots, dtype=torch.int64, device=self.device)
+        self._inflight: tuple[torch.Tensor, list[Request]] | None = None
         self._limits = None
         self._lock = threading.Lock()
         self._waiting: list[Request] = []
@@ -472,12 +489,15 @@ class Engine:
         return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], length, greedy)
 
     def _decode(self, greedy, meta, fparams, kv_len: int):
-        """One token for each of the first B slots. meta: int64 (5, B):
+        """One token for each of the first B slots. meta: int64 (6, B):
         position (where the input token goes), write index, top_k, seed,
-        input token; fparams: float (2, B): temperature, top_p. Returns the
-        next tokens and the input tokens' keys and values."""
+        input token, and whether to take that token (1) or the slot's last
+        sampled one, still on the device (0); fparams: float (2, B):
+        temperature, top_p. Returns the next tokens and the input tokens'
+        keys and values."""
         b = meta.shape[1]
-        pos, tokens = meta[0], meta[4]
+        pos = meta[0]
+        tokens = torch.where(meta[5] > 0, meta[4], self._last_tokens[:b])
         self.cache.read = (b, kv_len)
         self.cache.new_keys, self.cache.new_values = [], []
         mask = self._masks(pos[:, None], kv_len + 1, new_key=True)
@@ -486,12 +506,13 @@ class Engine:
         self.cache.read, self.cache.new_keys, self.cache.new_values = None, [], []
         return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy), new_k, new_v
 
-    def _write(self, new_k, new_v, index):
+    def _write(self, new_k, new_v, index, tokens):
         """Writes one decode step's keys and values (layers, B, H, 1, D) at
-        the flat cache indices (B,): a program that only writes the cache,
-        so it updates it in place."""
+        the flat cache indices (B,), and its tokens as the first B slots'
+        last ones: a program that only writes, so it updates in place."""
         for layer in range(new_k.shape[0]):
             self.cache.write(layer, new_k[layer], new_v[layer], index)
+        self._last_tokens[:tokens.shape[0]].copy_(tokens)
 
     def _prefill_greedy(self, *args):
         return self._prefill(True, *args)
@@ -538,7 +559,7 @@ class Engine:
             for b in c.batch_buckets:
                 for k in c.kv_buckets:
                     for _ in range(2):
-                        self._run_decode([], greedy, b, k)
+                        self._launch_decode([], greedy, b, k).cpu()
         after = cache_stats()
         return {"compiled": after["misses"] - before["misses"], "loaded": after["disk_hits"] - before["disk_hits"]}
 
@@ -595,9 +616,11 @@ class Engine:
     # -- the loop --
 
     def step(self) -> bool:
-        """Admits waiting requests (their prefill, up to prefills_per_step)
-        and runs one decode step for every running request. Returns whether
-        there was work."""
+        """Admits waiting requests (their prefill, up to prefills_per_step),
+        launches one decode step for every running request with room for a
+        token, then reads the previous step's tokens (with
+        ``config.pipeline``; else this step's). Returns whether there was
+        work."""
         with self._lock:
             admit = []
             while self._waiting and self._free and len(admit) < self.config.prefills_per_step:
@@ -623,23 +646,51 @@ class Engine:
             cancelled = [r for r in running if r._cancelled]
         for r in cancelled:
             self._release(r, "cancelled")
-        running = [r for r in running if not r._cancelled]
-        if not running:
-            return bool(admit)
-        b = _bucket(running[-1].slot + 1, self.config.batch_buckets)
-        longest = max(len(r.prompt_ids) + len(r.output_ids) for r in running)
-        k = _bucket(longest, self.config.kv_buckets)
-        greedy = all(r.params.temperature == 0 for r in running)
+        # Requests with room for another token (counting one not read yet).
+        launch = [r for r in running if not r._cancelled and self._room(r)]
+        step = None
+        if launch:
+            b = _bucket(launch[-1].slot + 1, self.config.batch_buckets)
+            longest = max(len(r.prompt_ids) + len(r.output_ids) + r._pending for r in launch)
+            k = _bucket(longest, self.config.kv_buckets)
+            greedy = all(r.params.temperature == 0 for r in launch)
+            try:
+                step = (self._launch_decode(launch, greedy, b, k), launch)
+            except BaseException as e:  # noqa: BLE001
+                for r in launch:
+                    self._release(r, None, e)
+            else:
+                self.stats["decode_steps"] += 1
+                for r in launch:
+                    r._pending += 1
+        previous, self._inflight = self._inflight, step
+        if previous is not None:
+            self._collect(previous)
+        if step is not None and not self.config.pipeline:
+            self._inflight = None
+            self._collect(step)
+        return bool(admit or step or previous)
+
+    def _room(self, r: Request) -> bool:
+        produced = len(r.output_ids) + r._pending
+        return produced < r.params.max_tokens and len(r.prompt_ids) + produced < self.config.max_len
+
+    def _collect(self, step: tuple[torch.Tensor, list[Request]]) -> None:
+        """Reads a launched decode step's tokens and hands them to its
+        requests (those still running: one that stopped meanwhile drops it)."""
+        out, reqs = step
         try:
-            toks = self._run_decode(running, greedy, b, k)
+            toks = out.cpu().tolist()
         except BaseException as e:  # noqa: BLE001
-            for r in running:
-                self._release(r, None, e)
-            return True
-        self.stats["decode_steps"] += 1
-        for r in running:
-            self._accept(r, toks[r.slot])
-        return True
+            for r in reqs:
+                r._pending = 0
+                if not r.finished:
+                    self._release(r, None, e)
+            return
+        for r in reqs:
+            r._pending -= 1
+            if not r.finished and r.slot >= 0 and not r._cancelled:
+                self._accept(r, toks[r.slot])
 
     def _run_prefill(self, reqs: list[Request], greedy: bool) -> list[int]:
         c = self.config
@@ -659,23 +710,30 @@ class Engine:
         out = self._call("prefill", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev))
         return out.cpu().tolist()[:len(reqs)]
 
-    def _run_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> list[int]:
+    def _launch_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> torch.Tensor:
+        """Launches one decode step (and its cache write) for ``running``;
+        returns its tokens (B,) on the device, not read."""
         width = self.config.max_len + 1
         # Idle rows write into their row's sink column and attend to position 0.
-        pos, index, top_k, seed, tokens = [0] * b, [i * width + width - 1 for i in range(b)], [0] * b, [0] * b, [0] * b
+        pos, index, top_k, seed = [0] * b, [i * width + width - 1 for i in range(b)], [0] * b, [0] * b
+        tokens, given = [0] * b, [1] * b
         temperature, top_p = [1.0] * b, [1.0] * b
         for r in running:
             s = r.slot
-            pos[s] = len(r.prompt_ids) + len(r.output_ids) - 1
+            pos[s] = len(r.prompt_ids) + len(r.output_ids) + r._pending - 1
             index[s] = s * width + pos[s]
-            top_k[s], seed[s], tokens[s] = r.params.top_k, r.seed, r.output_ids[-1]
+            top_k[s], seed[s] = r.params.top_k, r.seed
+            if r._pending:
+                given[s] = 0  # its input is the token the step before sampled, still on the device
+            else:
+                tokens[s] = r.output_ids[-1]
             temperature[s], top_p[s] = r.params.temperature, r.params.top_p
         dev = self.device
-        meta = torch.tensor([pos, index, top_k, seed, tokens], dtype=torch.int64).to(dev)
+        meta = torch.tensor([pos, index, top_k, seed, tokens, given], dtype=torch.int64).to(dev)
         fparams = torch.tensor([temperature, top_p], dtype=torch.float32).to(dev)
         out, new_k, new_v = self._call("decode", greedy, meta, fparams, k)
-        self._call("write", None, new_k, new_v, meta[1])
-        return out.cpu().tolist()
+        self._call("write", None, new_k, new_v, meta[1], out)
+        return out
 
     def _accept(self, r: Request, tok: int) -> None:
         r._emit(tok)
@@ -715,7 +773,7 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._stop and not self._waiting and not self._running:
+                while not self._stop and not self._waiting and not self._running and self._inflight is None:
                     self._wake.wait()
                 if self._stop:
                     break
@@ -723,6 +781,7 @@ class Engine:
         with self._lock:
             pending = self._waiting + list(self._running.values())
             self._waiting = []
+            self._inflight = None  # (its requests fail below; their tokens are dropped)
         for r in pending:
             self._release(r, None, RuntimeError("the engine was stopped"))
 
