@@ -544,8 +544,11 @@ class Engine:
         """Compiles (or loads from the persistent cache) and captures every
         bucket's prefill and decode program, greedy and sampling. Returns
         counts of programs built. After it, serving compiles nothing."""
-        from . import cache_stats
+        from . import cache_stats, execution_mode, get_execution_mode
 
+        if self.device.type == "tpu" and get_execution_mode() == "fused":
+            with execution_mode("strict"):
+                return self.warmup()
         before = cache_stats()
         c = self.config
         for greedy in (True, False):
@@ -620,7 +623,21 @@ class Engine:
         launches one decode step for every running request with room for a
         token, then reads the previous step's tokens (with
         ``config.pipeline``; else this step's). Returns whether there was
-        work."""
+        work.
+
+        Its programs run as they are launched, in a scope of its own: under
+        fused eager they are not deferred into the calling thread's (or the
+        process's) pending program, which other threads share."""
+        if self.device.type != "tpu":
+            return self._step()
+        from . import execution_mode, get_execution_mode
+
+        if get_execution_mode() != "fused":
+            return self._step()
+        with execution_mode("strict"):
+            return self._step()
+
+    def _step(self) -> bool:
         with self._lock:
             admit = []
             while self._waiting and self._free and len(admit) < self.config.prefills_per_step:
