@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="tpu")
     ap.add_argument("--max-slots", type=int, default=8, help="requests decoded together at most")
     ap.add_argument("--max-len", type=int, default=512, help="prompt plus output tokens of a request at most")
-    ap.add_argument("--dtype", default=None, choices=[None, "float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                    help="the dtype to serve in (default: the model's)")
     ap.add_argument("--no-warmup", action="store_true", help="compile each bucket on first use instead")
     args = ap.parse_args(argv)
 
