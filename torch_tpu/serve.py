@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any
 
-from .serving import Engine, EngineConfig, Request, SamplingParams
+from .serving import Engine, EngineConfig, Request, SamplingParams, plain_chat_text
 
 __all__ = ["build_app", "main"]
 
@@ -318,8 +318,7 @@ def _chat_ids(tokenizer, messages) -> list[int]:
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return list(ids)
-    text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages) + "<assistant>"
-    return tokenizer.encode(text)
+    return tokenizer.encode(plain_chat_text(messages))
 
 
 def main(argv: list[str] | None = None) -> None:

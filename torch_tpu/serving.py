@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from .compiler import bucket
+
 __all__ = ["Engine", "EngineConfig", "SamplingParams", "Request", "ByteTokenizer", "load_model",
            "tiny_model_config"]
 
@@ -353,13 +355,6 @@ class EngineConfig:
         return c
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    for b in buckets:
-        if b >= n:
-            return b
-    raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
-
-
 class Engine:
     """Serves a causal LM (``transformers`` ``PreTrainedModel``, or a path or
     config ``load_model`` accepts) on ``device`` with a slotted KV cache,
@@ -667,9 +662,9 @@ class Engine:
         launch = [r for r in running if not r._cancelled and self._room(r)]
         step = None
         if launch:
-            b = _bucket(launch[-1].slot + 1, self.config.batch_buckets)
+            b = bucket(launch[-1].slot + 1, self.config.batch_buckets)
             longest = max(len(r.prompt_ids) + len(r.output_ids) + r._pending for r in launch)
-            k = _bucket(longest, self.config.kv_buckets)
+            k = bucket(longest, self.config.kv_buckets)
             greedy = all(r.params.temperature == 0 for r in launch)
             try:
                 step = (self._launch_decode(launch, greedy, b, k), launch)
@@ -711,8 +706,8 @@ class Engine:
 
     def _run_prefill(self, reqs: list[Request], greedy: bool) -> list[int]:
         c = self.config
-        t = _bucket(max(len(r.prompt_ids) for r in reqs), c.prefill_buckets)
-        p = _bucket(len(reqs), c.prefill_batch_buckets)
+        t = bucket(max(len(r.prompt_ids) for r in reqs), c.prefill_buckets)
+        p = bucket(len(reqs), c.prefill_batch_buckets)
         tokens = torch.zeros(p, t, dtype=torch.int64)
         meta = torch.zeros(4, p, dtype=torch.int64)
         fparams = torch.ones(2, p, dtype=torch.float32)
@@ -845,10 +840,15 @@ class ByteTokenizer:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = True, **_):
-        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
-        if add_generation_prompt:
-            text += "<assistant>"
+        text = plain_chat_text(messages, add_generation_prompt)
         return self.encode(text) if tokenize else text
+
+
+def plain_chat_text(messages, add_generation_prompt: bool = True) -> str:
+    """The chat template of tokenizers that have none: ``<role>content``
+    lines, then ``<assistant>``."""
+    text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+    return text + "<assistant>" if add_generation_prompt else text
 
 
 def tiny_model_config(vocab_size: int = 257, **overrides):
