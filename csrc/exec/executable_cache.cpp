@@ -73,9 +73,10 @@ std::string program_key(const std::string& text) {
 }
 
 ExecutableCache::ExecutableCache(const pjrt::Client* client, std::string identity,
-                                 std::string disk_dir, size_t capacity, const std::string& session)
+                                 std::string disk_dir, size_t capacity, const std::string& session,
+                                 size_t map_budget)
     : client_(client), identity_(std::move(identity)), disk_dir_(std::move(disk_dir)),
-      capacity_(std::max<size_t>(1, capacity)) {
+      capacity_(std::max<size_t>(1, capacity)), map_budget_(map_budget ? map_budget : process_map_limit() / 2) {
   if (!disk_dir_.empty() && !make_dirs(disk_dir_)) disk_dir_.clear();
   if (!disk_dir_.empty() && !session.empty()) {
     session_path_ = disk_dir_ + "/session-" + hex64(fingerprint64(identity_ + '\0' + session)) + ".list";
@@ -169,17 +170,68 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
     if (!disk_dir_.empty()) store_to_disk(key, hash, *exe);
   }
   note_used(hash);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = insert_locked(std::move(key), exe);
-  if (from_disk) {
-    ++stats_.disk_hits;
-    stats_.load_seconds += load_seconds;
-  } else {
-    ++stats_.misses;
-    stats_.compile_seconds += seconds;
+  pjrt::ExecutablePtr stored;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stored = insert_locked(std::move(key), exe)->second.exe;
+    if (from_disk) {
+      ++stats_.disk_hits;
+      stats_.load_seconds += load_seconds;
+    } else {
+      ++stats_.misses;
+      stats_.compile_seconds += seconds;
+    }
+    stats_.entries = static_cast<int64_t>(entries_.size());
   }
-  stats_.entries = static_cast<int64_t>(entries_.size());
-  return it->second.exe;
+  trim_to_map_budget();
+  return stored;
+}
+
+size_t process_map_count() {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return 0;
+  size_t lines = 0;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) lines += std::count(buf, buf + n, '\n');
+  std::fclose(f);
+  return lines;
+}
+
+size_t process_map_limit() {
+  long long limit = 0;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
+    if (std::fscanf(f, "%lld", &limit) != 1) limit = 0;
+    std::fclose(f);
+  }
+  return limit > 0 ? static_cast<size_t>(limit) : 65530;  // Linux's default
+}
+
+void ExecutableCache::trim_to_map_budget() {
+  // Reading the map list costs about a microsecond per mapping: do it once
+  // every 16 insertions (a compile or a load costs far more).
+  if (++inserts_since_map_check_ < 16) return;
+  inserts_since_map_check_ = 0;
+  for (size_t held = process_map_count(); held > map_budget_;) {
+    std::vector<pjrt::ExecutablePtr> victims;  // destroyed outside the lock
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // An eighth of the entries at a time, oldest first, down to a few.
+      size_t n = entries_.size() > 8 ? std::max<size_t>(1, entries_.size() / 8) : 0;
+      for (; n > 0; --n) {
+        auto victim = entries_.find(*lru_.back());
+        lru_.pop_back();
+        victims.push_back(std::move(victim->second.exe));
+        entries_.erase(victim);
+        ++stats_.evictions;
+      }
+      stats_.entries = static_cast<int64_t>(entries_.size());
+    }
+    if (victims.empty()) return;
+    victims.clear();
+    const size_t now = process_map_count();
+    if (now >= held) return;  // what is left is held elsewhere, not by the cache
+    held = now;
+  }
 }
 
 std::unordered_map<std::string, ExecutableCache::Entry>::iterator ExecutableCache::insert_locked(
@@ -280,6 +332,7 @@ void ExecutableCache::start_preload() {
         }
       }
       loaded_.notify_all();
+      if (exe) trim_to_map_budget();
     }
     std::lock_guard<std::mutex> lock(mu_);
     --preloading_;

@@ -40,8 +40,11 @@ class ExecutableCache {
   // that a cache directory shared by several plugins stays correct.
   // `session` names the workload (empty: none) for warm starts: the
   // programs an earlier run of the same session used are loaded ahead.
+  // `map_budget` bounds the memory mappings the process may hold while the
+  // cache keeps executables alive (0: half the kernel's vm.max_map_count);
+  // see trim_to_map_budget.
   ExecutableCache(const pjrt::Client* client, std::string identity, std::string disk_dir,
-                  size_t capacity = 4096, const std::string& session = {});
+                  size_t capacity = 4096, const std::string& session = {}, size_t map_budget = 0);
   ~ExecutableCache();
 
   pjrt::ExecutablePtr get_or_compile(const std::string& program, const std::string& options);
@@ -72,6 +75,13 @@ class ExecutableCache {
   std::string read_entry(uint64_t hash, const std::string* expected_key, std::string* key_out) const;
   void store_to_disk(const std::string& key, uint64_t hash, const pjrt::Executable& exe);
   std::unordered_map<std::string, Entry>::iterator insert_locked(std::string key, pjrt::ExecutablePtr exe);
+  // Every loaded executable holds memory mappings of its own (the CPU
+  // plugin links each one's code into pages of its own), and a process that
+  // reaches the kernel's limit on mappings fails to load the next one and
+  // then crashes: the least recently used executables go while the process
+  // holds more mappings than `map_budget_` (checked every few insertions,
+  // outside the lock).
+  void trim_to_map_budget();
   // Warm starts (see the .cpp): this process's session of disk entries.
   void note_used(uint64_t hash);
   void start_preload();
@@ -83,6 +93,8 @@ class ExecutableCache {
   std::string identity_;
   std::string disk_dir_;
   size_t capacity_;
+  size_t map_budget_;
+  std::atomic<unsigned> inserts_since_map_check_{0};
   mutable std::mutex mu_;
   std::condition_variable loaded_;  // an entry being preloaded arrived
   std::unordered_set<std::string> inflight_;  // keys being preloaded
@@ -99,6 +111,10 @@ class ExecutableCache {
 
 // 64-bit FNV-1a; stable across runs and builds (used for file names).
 uint64_t fingerprint64(const std::string& data);
+// How many memory mappings this process holds (lines of /proc/self/maps; 0
+// where the system does not say), and how many it may hold (vm.max_map_count).
+size_t process_map_count();
+size_t process_map_limit();
 // A short cache key naming the program `text` (a strong hash of it), so
 // that eager ops look up their executable without hashing the text again.
 std::string program_key(const std::string& text);

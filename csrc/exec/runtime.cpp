@@ -110,7 +110,14 @@ Runtime::Runtime(const RuntimeConfig& config) {
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
-  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity, config.session);
+  // TORCH_TPU_CACHE_MAX_MAPS: the process's memory mappings above which
+  // cached executables go (default: half of vm.max_map_count).
+  size_t map_budget = 0;
+  if (const std::string m = env("TORCH_TPU_CACHE_MAX_MAPS"); !m.empty()) {
+    map_budget = static_cast<size_t>(std::max<long long>(1, std::atoll(m.c_str())));
+  }
+  cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity, config.session,
+                                             map_budget);
 }
 
 const pjrt::Device& Runtime::device(int index) const {

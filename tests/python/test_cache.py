@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import torch_tpu
@@ -54,6 +55,42 @@ def test_memory_cache_is_bounded_least_recently_used_out(tmp_path):
     _check(out)
     assert out["entries"] == 2
     assert out["evictions"] == out["misses"] - 2 > 0
+
+
+MAPS_PROGRAM = """
+import json, os, torch, torch_tpu
+def maps():
+    return sum(1 for _ in open('/proc/self/maps'))
+base = maps()
+os.environ['TORCH_TPU_CACHE_MAX_MAPS'] = str(base + BUDGET)  # read when the device starts
+peak, ok = 0, True
+for n in range(1, 81):
+    x = torch.arange(n, dtype=torch.float32, device='tpu')
+    ok &= float((x * 2 + 1).sum().cpu()) == float(n * n)
+    peak = max(peak, maps())
+s = torch_tpu.cache_stats()
+print(json.dumps({"base": base, "peak": peak, "ok": ok, "misses": s["misses"], "entries": s["entries"],
+                  "evictions": s["evictions"]}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+@pytest.mark.parametrize("budget", [300, None], ids=["small budget", "default budget"])
+def test_cached_executables_stay_within_the_process_memory_map_budget(budget):
+    # Each loaded executable holds memory mappings of its own; a process at
+    # the kernel's limit (vm.max_map_count) cannot load the next one and
+    # crashes. The cache lets its oldest executables go to stay within a
+    # budget (TORCH_TPU_CACHE_MAX_MAPS; by default half the limit).
+    code = MAPS_PROGRAM.replace("BUDGET", str(budget or 10**9))
+    out = _run({"TORCH_TPU_CACHE_DIR": "0"}, code)
+    assert out["ok"] and out["misses"] >= 160  # distinct programs for each length
+    if budget is None:  # nothing to trim: every program stays
+        assert out["evictions"] == 0 and out["entries"] == out["misses"]
+        assert out["peak"] - out["base"] > 2 * 300  # the small budget below binds
+    else:
+        assert out["evictions"] > 0 and out["entries"] < out["misses"]
+        # Checked every 16 programs: a little over the budget at most.
+        assert out["peak"] <= out["base"] + budget + 150, out
 
 
 def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
