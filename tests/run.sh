@@ -28,18 +28,10 @@ TORCH_TPU_PJRT_PLUGIN="$plugin" ctest --test-dir build-tests --output-on-failure
 
 # A persistent compile cache shared by the test processes.
 export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
-# The serving tests run in a process of their own in each mode: a fused-eager
-# process that ran them crashed later in test_training's optimizer flush (a
-# state bug across tests, open: see the issues).
-python3 -m pytest -q tests/python --ignore=tests/python/test_serving.py "$@"
-python3 -m pytest -q tests/python/test_serving.py "$@"
+python3 -m pytest -q tests/python "$@"
 # The other two modes run the whole suite again, except the OpInfo sweep (in
 # fused eager every sample would compile a graph of its own).
 echo "fused eager (TORCH_TPU_DEFER_AND_FUSE=1):"
-TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py \
-  --ignore=tests/python/test_serving.py "$@"
-TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python/test_serving.py "$@"
+TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py "$@"
 echo "debug eager (TORCH_TPU_LAUNCH_BLOCKING=1):"
-TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py \
-  --ignore=tests/python/test_serving.py "$@"
-TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python/test_serving.py "$@"
+TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py "$@"

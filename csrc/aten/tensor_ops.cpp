@@ -204,7 +204,13 @@ at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
 // Reads src's values into `out`, a contiguous host tensor of src's sizes.
 at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
   const at::ScalarType dtype = out.scalar_type();
-  if (src.numel() == 0) return out;
+  if (src.numel() == 0) {
+    // Nothing to read, but the read still reports the failed checks of the
+    // ops before it (an empty result's own op included), as a read of data
+    // does: an error belongs to the read that follows its op.
+    verify_device_checks(tpu_index(src));
+    return out;
+  }
   TpuStorage::Value val = storage_of(src).value();
   if (!val.buffer) return out.zero_();  // never written: zero bytes are zero in every dtype
   at::Tensor t = src;
@@ -224,9 +230,14 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   TORCH_CHECK(at::is_expandable_to(src.sizes(), dst.sizes()), "The size of tensor a (", dst.sizes(),
               ") must match the size of tensor b (", src.sizes(), ") in copy_: ", src.sizes(),
               " cannot be broadcast to ", dst.sizes());
-  if (dst.numel() == 0) return dst;
   const bool src_tpu = src.device().type() == c10::DeviceType::PrivateUse1;
   const bool dst_tpu = dst.device().type() == c10::DeviceType::PrivateUse1;
+  if (dst.numel() == 0) {
+    // A read of nothing still reports the failed checks before it, as
+    // to_host_into does.
+    if (src_tpu && !dst_tpu) verify_device_checks(tpu_index(src));
+    return dst;
+  }
   if (src_tpu && dst_tpu) {
     if (tpu_index(src) == tpu_index(dst)) {
       copy_on_device(src, dst);

@@ -378,13 +378,21 @@ Value slice_coordinates(Builder& b, Value index, int64_t dim, const Dims& self_s
   return full_coordinates(b, along, dim, static_cast<int64_t>(space.size()));
 }
 
-Value index_vector(Context& c, size_t i, int64_t size) {
+// The index argument i as a vector, checked against `size` as CPU checks
+// it for the op (negative entries wrap only where CPU accepts them).
+struct IndexPolicy {
+  bool check = true;
+  bool allow_negative = false;
+  std::string message = "index out of range in self";  // IndexError unless prefixed kRuntimeErrorCheck
+};
+
+Value index_vector(Context& c, size_t i, int64_t size, const IndexPolicy& policy = {}) {
   Builder& b = c.b;
   Value idx = c.args.tensor(i);
   if (b.rank(idx) == 0) idx = b.reshape(idx, {1});
   TORCH_CHECK_INDEX(b.rank(idx) == 1, "index_select(): Index is supposed to be a vector");
-  check_index_range(c, idx, size, true, "index out of range in self");
-  return wrap_index(b, idx, size);
+  if (policy.check) check_index_range(c, idx, size, policy.allow_negative, policy.message);
+  return policy.allow_negative ? wrap_index(b, idx, size) : idx;
 }
 
 std::vector<Value> lower_index_select(Context& c) {
@@ -414,13 +422,32 @@ std::vector<Value> lower_index_select(Context& c) {
 // slices self[..., index[i], ...] along dim.
 struct IndexAlongDim {
   Value x;        // self (rank >= 1)
-  Value coords;   // coordinates of the addressed slices
+  Value index;    // the wrapped index vector
+  int64_t dim = 0;
   Dims space;     // self's shape with dim replaced by index.numel()
   bool scalar_self = false;
   Value finish(Builder& b, Value r) const { return scalar_self ? b.reshape(r, {}) : r; }
+  // Writes (or combines) updates of shape `space` into the slices: one
+  // window per index entry (a point-wise scatter would loop over every
+  // element).
+  Value scatter(Builder& b, Value updates, const Builder::RegionBody& comb) const {
+    const int64_t rank = b.rank(x);
+    Builder::ScatterDims dn;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim) dn.update_window_dims.push_back(d);
+    }
+    dn.inserted_window_dims = {dim};
+    dn.scatter_dims_to_operand_dims = {dim};
+    dn.index_vector_dim = 1;
+    return b.scatter(x, b.reshape(index, {space[dim], 1}), updates, dn, comb);
+  }
 };
 
-IndexAlongDim index_along_dim(Context& c) {
+std::string out_of_bounds(int64_t dim, int64_t size) {
+  return "index out of bounds for dimension " + std::to_string(dim) + " with size " + std::to_string(size);
+}
+
+IndexAlongDim index_along_dim(Context& c, const std::string& op) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
   const int64_t dim = wrap_dim(c.args.int_(1), self.dim());
@@ -429,10 +456,23 @@ IndexAlongDim index_along_dim(Context& c) {
   s.scalar_self = self.dim() == 0;
   Dims sizes = s.scalar_self ? Dims{1} : self.sizes;
   if (s.scalar_self) s.x = b.reshape(s.x, {1});
-  Value idx = index_vector(c, 2, sizes[dim]);
+  // CPU's checks: index_fill wraps negative entries; index_copy, index_add
+  // and index_reduce refuse them (index_add along the first or last of
+  // several dims with a RuntimeError: CPU's vectorized path).
+  IndexPolicy policy;
+  if (op == "index_fill") {
+    policy.allow_negative = true;
+    policy.message = out_of_bounds(dim, sizes[dim]);
+  } else if (op == "index_copy") {
+    policy.message = "index_copy_(): " + out_of_bounds(dim, sizes[dim]);
+  } else if (op == "index_add" && self.dim() > 1 && (dim == 0 || dim == self.dim() - 1)) {
+    policy.message = std::string(exec::kRuntimeErrorCheck) + "index_add(): " + out_of_bounds(dim, sizes[dim]);
+  }
+  policy.check = self.numel() > 0;  // (CPU writes nothing into an empty self, and checks nothing)
+  s.index = index_vector(c, 2, sizes[dim], policy);
+  s.dim = dim;
   s.space = sizes;
-  s.space[dim] = b.dims(idx)[0];
-  s.coords = slice_coordinates(b, idx, dim, sizes);
+  s.space[dim] = b.dims(s.index)[0];
   return s;
 }
 
@@ -450,30 +490,31 @@ std::vector<Value> index_scatter(Context& c, bool add) {
   }
   TORCH_CHECK(self.dtype == c.args.info(3).dtype, name, ": self (", c10::toString(self.dtype), ") and source (",
               c10::toString(c.args.info(3).dtype), ") must have the same scalar type");
-  IndexAlongDim s = index_along_dim(c);
+  IndexAlongDim s = index_along_dim(c, add ? "index_add" : "index_copy");
   Value src = b.reshape(cast(b, c.args.tensor(3), self.dtype), s.space);
   if (add && c.args.has(4) && !c.args.scalar(4).equal(1)) {
     src = b.mul(src, splat(b, c.args.scalar_value(4, to_hlo(self.dtype)), s.space));
   }
-  return one(s.finish(b, scatter_points(b, s.x, s.coords, src, add ? combiner("add", b.dtype(s.x)) : nullptr)));
+  return one(s.finish(b, s.scatter(b, src, add ? combiner("add", b.dtype(s.x)) : nullptr)));
 }
 
 std::vector<Value> lower_index_fill(Context& c) {
   // index_fill(self, dim, index, value)
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  IndexAlongDim s = index_along_dim(c);
+  IndexAlongDim s = index_along_dim(c, "index_fill");
   Value v = c.args.is_tensor(3) ? cast(b, c.args.tensor(3), self.dtype)
                                 : c.args.scalar_value(3, to_hlo(self.dtype));
-  return one(s.finish(b, scatter_points(b, s.x, s.coords, splat(b, v, s.space), nullptr)));
+  return one(s.finish(b, s.scatter(b, splat(b, v, s.space), nullptr)));
 }
 
 // index_reduce(self, dim, index, source, reduce, include_self)
 std::vector<Value> lower_index_reduce(Context& c) {
   Builder& b = c.b;
-  IndexAlongDim s = index_along_dim(c);
+  IndexAlongDim s = index_along_dim(c, "index_reduce");
   Value src = b.reshape(cast(b, c.args.tensor(3), c.args.info(0).dtype), s.space);
-  return one(s.finish(b, reduce_into(b, s.x, s.coords, src, c.args.string(4), include_self_arg(c, 5))));
+  Value coords = slice_coordinates(b, s.index, s.dim, b.dims(s.x));
+  return one(s.finish(b, reduce_into(b, s.x, coords, src, c.args.string(4), include_self_arg(c, 5))));
 }
 
 // ---- masks -----------------------------------------------------------------------------

@@ -156,6 +156,20 @@ def test_out_of_range_index_raises_instead_of_clamping():
         torch.nn.functional.cross_entropy(torch.randn(2, 3, device="tpu"), torch.tensor([0, 5], device="tpu")).item()
 
 
+def test_reading_an_empty_result_reports_its_ops_failed_check():
+    """A read raises the failed checks of the ops before it even when it
+    reads no data (an empty view of an out-of-range gather), so the error
+    comes at that read, not at some later one."""
+    x = torch.zeros(3, device="tpu")
+    fused = torch_tpu.get_execution_mode() == "fused"
+    with pytest.raises(IndexError, match="index out of range in self"):
+        x.index_select(0, torch.tensor([5], device="tpu"))[:0].cpu()
+        if fused:  # (fused eager records the op: the error comes once it runs)
+            torch_tpu.flush()
+            torch.tpu.synchronize()
+    assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]  # nothing left pending
+
+
 def test_debug_mode_raises_index_errors_at_the_op():
     w = torch.randn(4, 3, device="tpu")
     with torch_tpu.execution_mode("debug"):

@@ -4,7 +4,7 @@ broadcasting, type promotion, non-contiguous and zero-size inputs."""
 import pytest
 import torch
 
-from conftest import assert_same, make
+from conftest import assert_same, make, tolerance
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 NUMERIC = FLOATS + [torch.int64, torch.int32, torch.uint8]
@@ -181,3 +181,53 @@ def test_fill_and_zero(dtype):
     assert_same(t, a)
     t.fill_(torch.tensor(0, device="tpu"))
     assert_same(t, torch.zeros(3, 4, dtype=dtype))
+
+
+def _rand(shape, dtype, g):
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    return (torch.randn(shape, generator=g) * 4).to(dtype)
+
+
+@pytest.mark.parametrize("op", ["index_copy", "index_add", "index_fill"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+@pytest.mark.parametrize("shape,dim", [((5,), 0), ((5, 3), 0), ((5, 3), 1), ((4, 3, 2), -1), ((4, 3, 2), 1),
+                                       ((0, 3), 1), ((4, 0), 0), ((), 0)], ids=str)
+def test_index_along_dim_ops(op, dtype, shape, dim):
+    """index_copy/index_add/index_fill (one window written per index entry)
+    against CPU: values, in place on a non-contiguous self, duplicates
+    (index_add sums them), empty indices and zero-size tensors."""
+    g = torch.Generator().manual_seed(0)
+    x = _rand(shape, dtype, g)
+    n = x.shape[dim] if x.dim() else 1
+    indices = [[], list(range(n))[::-1]] + ([[n - 1, 0, n - 1]] if n and op == "index_add" else [])
+    if op == "index_fill" and n:
+        indices.append([-1, 0])  # index_fill wraps negative entries (the others raise: test_bad_inputs)
+    for idx in indices:
+        if x.dim() == 0 and len(idx) != 1:
+            continue
+        i = torch.tensor(idx, dtype=torch.long)
+        src_shape = list(x.shape)
+        if x.dim():
+            src_shape[dim] = len(idx)
+        src = _rand(src_shape, dtype, g)
+        if op == "index_fill":
+            value = True if dtype == torch.bool else 3
+            ref, got = x.index_fill(dim, i, value), x.to("tpu").index_fill(dim, i.to("tpu"), value)
+        else:
+            ref = getattr(x, op)(dim, i, src)
+            got = getattr(x.to("tpu"), op)(dim, i.to("tpu"), src.to("tpu"))
+        assert_same(got, ref, **tolerance(dtype))
+    if x.dim() == 2 and x.numel():
+        # In place into a transposed (non-contiguous) self.
+        xt, i = x.t().contiguous().t(), torch.tensor([n - 1, 0])
+        src_shape = list(x.shape)
+        src_shape[dim] = 2
+        src = _rand(src_shape, dtype, g)
+        yt = xt.to("tpu")
+        if op == "index_fill":
+            getattr(xt, op + "_")(dim, i, 1), getattr(yt, op + "_")(dim, i.to("tpu"), 1)
+        else:
+            getattr(xt, op + "_")(dim, i, src), getattr(yt, op + "_")(dim, i.to("tpu"), src.to("tpu"))
+        assert yt.stride() == xt.stride()
+        assert_same(yt, xt, **tolerance(dtype))
