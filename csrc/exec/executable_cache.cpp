@@ -23,6 +23,27 @@ constexpr char kMagic[] = "torch_tpu-executable-v2\n";
 std::mutex g_instance_mu;
 ExecutableCache* g_instance = nullptr;
 
+// How many memory mappings this process holds (lines of /proc/self/maps; 0
+// where the system does not say), and how many it may hold (vm.max_map_count).
+size_t process_map_count() {
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return 0;
+  size_t lines = 0;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) lines += std::count(buf, buf + n, '\n');
+  std::fclose(f);
+  return lines;
+}
+
+size_t process_map_limit() {
+  long long limit = 0;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
+    if (std::fscanf(f, "%lld", &limit) != 1) limit = 0;
+    std::fclose(f);
+  }
+  return limit > 0 ? static_cast<size_t>(limit) : 65530;  // Linux's default
+}
+
 std::string hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -187,25 +208,6 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_k
   return stored;
 }
 
-size_t process_map_count() {
-  FILE* f = std::fopen("/proc/self/maps", "re");
-  if (!f) return 0;
-  size_t lines = 0;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) lines += std::count(buf, buf + n, '\n');
-  std::fclose(f);
-  return lines;
-}
-
-size_t process_map_limit() {
-  long long limit = 0;
-  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
-    if (std::fscanf(f, "%lld", &limit) != 1) limit = 0;
-    std::fclose(f);
-  }
-  return limit > 0 ? static_cast<size_t>(limit) : 65530;  // Linux's default
-}
-
 void ExecutableCache::trim_to_map_budget() {
   // Reading the map list costs about a microsecond per mapping: do it once
   // every 16 insertions (a compile or a load costs far more).
@@ -216,15 +218,7 @@ void ExecutableCache::trim_to_map_budget() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // An eighth of the entries at a time, oldest first, down to a few.
-      size_t n = entries_.size() > 8 ? std::max<size_t>(1, entries_.size() / 8) : 0;
-      for (; n > 0; --n) {
-        auto victim = entries_.find(*lru_.back());
-        lru_.pop_back();
-        victims.push_back(std::move(victim->second.exe));
-        entries_.erase(victim);
-        ++stats_.evictions;
-      }
-      stats_.entries = static_cast<int64_t>(entries_.size());
+      evict_oldest_locked(entries_.size() > 8 ? std::max<size_t>(1, entries_.size() / 8) : 0, victims);
     }
     if (victims.empty()) return;
     victims.clear();
@@ -242,14 +236,21 @@ std::unordered_map<std::string, ExecutableCache::Entry>::iterator ExecutableCach
   lru_.push_front(&it->first);
   it->second.lru = lru_.begin();
   // Bounded: the least recently used executables go (the disk keeps them).
-  while (entries_.size() > capacity_) {
+  std::vector<pjrt::ExecutablePtr> victims;
+  if (entries_.size() > capacity_) evict_oldest_locked(entries_.size() - capacity_, victims);
+  stats_.entries = static_cast<int64_t>(entries_.size());
+  return it;
+}
+
+void ExecutableCache::evict_oldest_locked(size_t n, std::vector<pjrt::ExecutablePtr>& victims) {
+  for (; n > 0 && !lru_.empty(); --n) {
     auto victim = entries_.find(*lru_.back());
     lru_.pop_back();
+    victims.push_back(std::move(victim->second.exe));
     entries_.erase(victim);
     ++stats_.evictions;
   }
   stats_.entries = static_cast<int64_t>(entries_.size());
-  return it;
 }
 
 // ---- warm starts ------------------------------------------------------------------

@@ -82,6 +82,9 @@ class ExecutableCache {
   // holds more mappings than `map_budget_` (checked every few insertions,
   // outside the lock).
   void trim_to_map_budget();
+  // Drops the `n` least recently used entries, handing their executables to
+  // `victims` (the caller lets them go, outside the lock where it can).
+  void evict_oldest_locked(size_t n, std::vector<pjrt::ExecutablePtr>& victims);
   // Warm starts (see the .cpp): this process's session of disk entries.
   void note_used(uint64_t hash);
   void start_preload();
@@ -111,10 +114,6 @@ class ExecutableCache {
 
 // 64-bit FNV-1a; stable across runs and builds (used for file names).
 uint64_t fingerprint64(const std::string& data);
-// How many memory mappings this process holds (lines of /proc/self/maps; 0
-// where the system does not say), and how many it may hold (vm.max_map_count).
-size_t process_map_count();
-size_t process_map_limit();
 // A short cache key naming the program `text` (a strong hash of it), so
 // that eager ops look up their executable without hashing the text again.
 std::string program_key(const std::string& text);

@@ -102,22 +102,20 @@ Runtime::Runtime(const RuntimeConfig& config) {
   std::string cache_dir = config.cache_dir;
   if (const char* e = std::getenv("TORCH_TPU_CACHE_DIR")) cache_dir = e;
   if (cache_dir == "0" || cache_dir == "off") cache_dir.clear();
-  size_t capacity = 4096;
-  if (const std::string c = env("TORCH_TPU_CACHE_MAX_ENTRIES"); !c.empty()) {
-    capacity = static_cast<size_t>(std::max<long long>(1, std::atoll(c.c_str())));
-  }
+  // A positive count from the environment, or `fallback`.
+  auto env_count = [](const char* name, size_t fallback) {
+    const std::string v = env(name);
+    return v.empty() ? fallback : static_cast<size_t>(std::max<long long>(1, std::atoll(v.c_str())));
+  };
+  const size_t capacity = env_count("TORCH_TPU_CACHE_MAX_ENTRIES", 4096);
   // XLA_FLAGS changes what the plugin compiles, so it is part of the key.
   const std::string identity = plugin_path_ + "|" + client_->platform_name() + "|" +
                                client_->platform_version() + "|" + std::to_string(api_->minor()) +
                                "|" + std::to_string(client_->devices().size()) + "|" + env("XLA_FLAGS");
   // TORCH_TPU_CACHE_MAX_MAPS: the process's memory mappings above which
   // cached executables go (default: half of vm.max_map_count).
-  size_t map_budget = 0;
-  if (const std::string m = env("TORCH_TPU_CACHE_MAX_MAPS"); !m.empty()) {
-    map_budget = static_cast<size_t>(std::max<long long>(1, std::atoll(m.c_str())));
-  }
   cache_ = std::make_unique<ExecutableCache>(client_.get(), identity, cache_dir, capacity, config.session,
-                                             map_budget);
+                                             env_count("TORCH_TPU_CACHE_MAX_MAPS", 0));
 }
 
 const pjrt::Device& Runtime::device(int index) const {
