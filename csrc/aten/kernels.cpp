@@ -3,6 +3,7 @@
 #include <ATen/TensorIterator.h>
 
 #include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/CPUFallback.h>
@@ -649,6 +650,108 @@ void check_overlaps(const Entry& e, const std::vector<c10::IValue>& args, const 
   }
 }
 
+// index_put_ into a tensor with expanded (stride-0) dimensions, of values
+// that differ (one value is write_back's masked case). CPU writes each value
+// in turn, in the order of the indexing result, to the location its index
+// names: a location shared by several elements ends with the last value
+// written to any of them, or with accumulate, with all of them added. That
+// is the same write into the tensor with one element of each expanded
+// dimension: indices into those dimensions become 0 (the writes keep their
+// order, and the last wins), and along the expanded dimensions that are not
+// indexed the values keep their last (accumulate: their sum). Returns false
+// where that does not apply (the caller's checks then decide).
+bool index_put_into_expanded(const Entry& e, const std::vector<c10::IValue>& args) {
+  if (e.kind != VariantKind::Inplace || args.size() < 4 || writes_one_value(e.functional, args)) return false;
+  if (e.functional != "aten::index_put" && e.functional != "aten::_index_put_impl") return false;
+  if (!args[0].isTensor() || !args[2].isTensor() || !args[3].isBool()) return false;
+  const at::Tensor self = args[0].toTensor();
+  if (at::has_internal_overlap(self) != at::MemOverlap::Yes) return false;
+  at::Tensor once = self;
+  std::vector<bool> aliased(self.dim(), false);
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (self.stride(d) == 0 && self.size(d) > 1) {
+      once = once.narrow(d, 0, 1);
+      aliased[d] = true;
+    }
+  }
+  if (at::has_internal_overlap(once) != at::MemOverlap::No) return false;  // (overlap of another kind)
+  at::Tensor values = args[2].toTensor();
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", values.scalar_type(), " for the source.");
+  const bool accumulate = args[3].toBool();
+  // The indices per dimension of self, masks as the coordinates of their
+  // true elements (as CPU expands them).
+  std::vector<std::optional<at::Tensor>> per_dim;
+  for (const c10::IValue& v : args[1].toListRef()) {
+    if (!v.isTensor() || !v.toTensor().defined()) {
+      per_dim.emplace_back();
+      continue;
+    }
+    const at::Tensor idx = v.toTensor();
+    if (idx.scalar_type() != at::kBool && idx.scalar_type() != at::kByte) {
+      per_dim.emplace_back(idx);
+      continue;
+    }
+    const int64_t first = static_cast<int64_t>(per_dim.size());
+    for (int64_t j = 0; j < idx.dim(); ++j) {
+      TORCH_CHECK_INDEX(first + j < self.dim() && idx.size(j) == self.size(first + j), "The shape of the mask ",
+                        idx.sizes(), " at index ", j, " does not match the shape of the indexed tensor ",
+                        self.sizes(), " at index ", first + j);
+    }
+    const at::Tensor coords = idx.nonzero();
+    for (int64_t j = 0; j < idx.dim(); ++j) per_dim.emplace_back(coords.select(1, j));
+  }
+  TORCH_CHECK_INDEX(static_cast<int64_t>(per_dim.size()) <= self.dim(), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", per_dim.size(), ")");
+  per_dim.resize(self.dim());
+  // The indexing result's shape and where self's other dims sit in it.
+  std::vector<at::Tensor> defined;
+  int64_t lo = -1, hi = -1;
+  bool adjacent = true;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (!per_dim[d]) continue;
+    if (hi >= 0 && hi != d - 1) adjacent = false;
+    if (lo < 0) lo = d;
+    hi = d;
+    defined.push_back(*per_dim[d]);
+  }
+  if (defined.empty()) return false;
+  std::vector<int64_t> shape = defined[0].sizes().vec();
+  for (size_t k = 1; k < defined.size(); ++k) shape = at::infer_size(shape, defined[k].sizes());
+  std::vector<int64_t> result, position(self.dim(), -1);
+  if (!adjacent) result = shape;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (adjacent && d == lo) result.insert(result.end(), shape.begin(), shape.end());
+    if (per_dim[d]) continue;
+    position[d] = static_cast<int64_t>(result.size());
+    result.push_back(self.size(d));
+  }
+  TORCH_CHECK(values.dim() <= static_cast<int64_t>(result.size()) &&
+                  at::infer_size(values.sizes(), result) == result,
+              "shape mismatch: value tensor of shape ", values.sizes(),
+              " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(result));
+  TORCH_WARN_ONCE("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before performing "
+                  "this operation. This also applies to advanced indexing e.g. tensor[indices] = tensor");
+  values = values.expand(result);
+  c10::List<std::optional<at::Tensor>> indices;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    std::optional<at::Tensor> idx = per_dim[d];
+    if (aliased[d] && idx) {
+      // In range: 0. Out of range: kept, so that the write raises CPU's error.
+      const int64_t n = self.size(d);
+      idx = idx->new_zeros({}).where(idx->ge(-n).logical_and(idx->lt(n)), *idx);
+    } else if (aliased[d]) {
+      const int64_t at = position[d];
+      values = accumulate ? (values.scalar_type() == at::kBool ? values.any(at, true) : values.sum(at, true, values.scalar_type()))
+                          : values.narrow(at, self.size(d) - 1, 1);
+    }
+    indices.push_back(idx);
+  }
+  once.index_put_(indices, values, accumulate);
+  return true;
+}
+
 void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // The boxed kernel of every lowered op. A plugin that runs out of device
@@ -681,6 +784,7 @@ void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   if (e.kind != VariantKind::Functional) check_overlaps(e, args, op.operator_name());
+  if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   const lowering::MatmulPrecision precision = matmul_precision();
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(static_cast<uint8_t>(precision)), args);

@@ -223,12 +223,15 @@ std::vector<Value> lower_index(Context& c) {
 std::vector<Value> lower_index_put(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
-  // Values of another dtype are cast: `x[idx] = v` reaches this op with v's
-  // own dtype (CPU refuses that only when index_put_ is called directly).
+  // As on CPU, every variant (index_put_, setitem with a tensor, the
+  // functional and unsafe ones) refuses values of another dtype.
+  const at::ScalarType vt = c.args.info(2).dtype;
+  TORCH_CHECK(vt == self.dtype, "Index put requires the source and destination dtypes match, got ",
+              c10::toString(self.dtype), " for the destination and ", c10::toString(vt), " for the source.");
   AdvancedIndex ai = advanced_index(c, 0, 1);
   const bool accumulate = c.args.bool_(3);
   Value x = c.args.tensor(0);
-  Value v = cast(b, c.args.tensor(2), self.dtype);
+  Value v = c.args.tensor(2);
   if (ai.dims.empty()) {
     Value vb = b.broadcast_to(v, self.sizes);
     return one(accumulate ? (self.dtype == at::kBool ? b.or_(x, vb) : b.add(x, vb)) : vb);

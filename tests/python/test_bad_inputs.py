@@ -129,6 +129,16 @@ case("scatter: float index", lambda d: t(d, 3).scatter(0, t(d, 1), 1.0))
 case("take: float index", lambda d: t(d, 3).take(t(d, 1)))
 case("index_put_: float index", lambda d: t(d, 3).index_put_((t(d, 1),), t(d, 1)))
 case("embedding: float index", lambda d: F.embedding(t(d, 2), t(d, 3, 2)))
+# Values of another dtype: CPU refuses them in every index_put variant.
+case("index_put_: int64 values into float", lambda d: t(d, 3).index_put_((idx(d, 1),), idx(d, 1)))
+case("index_put_: float64 values into float, accumulate",
+     lambda d: t(d, 3).index_put_((idx(d, 1),), t(d, 1, dtype=torch.float64), accumulate=True))
+case("index_put: float values into int64", lambda d: t(d, 3, dtype=torch.int64).index_put((idx(d, 1),), t(d, 1)))
+case("setitem: a tensor of another dtype", lambda d: t(d, 3).__setitem__(idx(d, 0, 2), idx(d, 1, 2)))
+case("setitem through a mask: a tensor of another dtype", lambda d: t(d, 3).__setitem__(t(d, 3) > 0, idx(d, 1, 2, 3)))
+case("_unsafe_index_put: another dtype", lambda d: torch.ops.aten._unsafe_index_put(t(d, 3), [idx(d, 1)], idx(d, 1), False))
+case("index_put_ into an expanded tensor: another dtype",
+     lambda d: t(d, 3).expand(2, 3).index_put_((idx(d, 1),), idx(d, 1, 2, 3)))
 case("masked_fill: float mask", lambda d: t(d, 3).masked_fill(t(d, 3), 1.0))
 case("masked_select: float mask", lambda d: t(d, 3).masked_select(t(d, 3)))
 case("masked_scatter: float mask", lambda d: t(d, 3).masked_scatter(t(d, 3), t(d, 3)))

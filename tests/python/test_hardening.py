@@ -335,6 +335,50 @@ def test_masked_fill_into_an_expanded_tensor_writes_as_cpu(dtype, shapes):
             assert_same(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_of_varying_values_into_an_expanded_tensor_writes_as_cpu(dtype, accumulate):
+    """CPU writes each value in turn where its index points, aliases
+    included: a shared location keeps the last value written to any of its
+    aliases (accumulate: the sum of them all). Indexed and sliced expanded
+    dims, masks, duplicates, non-adjacent indices, every mode."""
+    g = torch.Generator().manual_seed(1)
+
+    def vals(*shape):
+        v = torch.randint(-5, 6, shape, generator=g)
+        return (v > 0) if dtype == torch.bool else v.to(dtype)
+
+    def ix(*values):
+        return torch.tensor(values, dtype=torch.long)
+
+    cases = [  # (base shape, expanded shape, indices (None: a full slice), values)
+        ((3,), (4, 3), [ix(2, 0, 2)], vals(3, 3)),
+        ((3,), (4, 3), [None, ix(0, 2, 0)], vals(4, 3)),
+        ((3, 1), (3, 4), [ix(0, 2, 0), ix(1, 3, 0)], vals(3)),
+        ((3, 1), (3, 4), [torch.tensor([True, False, True])], vals(2, 4)),
+        ((1, 3, 1), (2, 3, 4), [ix(1, 0, 1), None, ix(3, 2, 0)], vals(3, 3)),
+        ((2, 1), (2, 5), [None, ix(4, -1, 0)], vals(1, 3)),  # broadcast values, a negative index
+        ((3,), (4, 3), [ix(1)], vals(3)),
+        ((3,), (4, 3), [ix()], vals(0, 3)),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for base_shape, shape, indices, values in cases:
+            base = vals(*base_shape)
+            want = base.clone()
+            torch.ops.aten.index_put_(want.expand(shape), indices, values, accumulate)
+            got = base.to("tpu")
+            torch.ops.aten.index_put_(got.expand(shape), [None if i is None else i.to("tpu") for i in indices],
+                                      values.to("tpu"), accumulate)
+            assert_same(got, want)
+        if not accumulate:  # the same through setitem
+            base, values = vals(3), vals(4, 2)
+            want, got = base.clone(), base.to("tpu")
+            want.expand(4, 3)[:, ix(0, 2)] = values
+            got.expand(4, 3)[:, ix(0, 2).to("tpu")] = values.to("tpu")
+            assert_same(got, want)
+
+
 _INTERRUPTED = r"""
 import os, signal, threading, time, torch, torch_tpu
 x = torch.randn(1200, 1200, device="tpu") * 0.01
