@@ -183,10 +183,24 @@ std::vector<pjrt::c::PJRT_Buffer*> raw_args(std::vector<exec::ProgramArg>& args)
 }
 
 // Hands a plan's outputs (in its order: results, written storages, checks)
-// to new tensors, the written storages and the checks.
+// to the checks, new tensors and the written storages. The results depend
+// on the op's checks and on those of what it read; a guarded written
+// storage kept its value if a check failed, so only one read raises it.
+// Debug eager raises a failed check here, once the written storages hold
+// their values (a donated buffer is gone).
 template <typename Out, typename MakeTensor, typename Store, typename Check>
 std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bound, const std::vector<Out>& outs,
                                 MakeTensor make_tensor, Store store, Check check) {
+  const size_t first_check = outs.size() - plan.checks.size();
+  std::vector<exec::CheckPtr> own;
+  own.reserve(plan.checks.size());
+  for (size_t k = 0; k < plan.checks.size(); ++k) own.push_back(check(outs[first_check + k], plan.checks[k]));
+  exec::Checks guards = bound.checks;
+  exec::Checks guards_once = bound.checks;
+  if (!own.empty()) {
+    exec::merge_checks(guards, own);
+    exec::merge_checks_once(guards_once, own);
+  }
   std::vector<at::Tensor> results;
   results.reserve(plan.results.size());
   size_t next = 0;
@@ -196,17 +210,17 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
       results.emplace_back();
       continue;
     }
-    results.push_back(make_tensor(outs[r], plan.output_types[r], plan.result_sizes[k], plan.result_strides[k]));
+    results.push_back(make_tensor(outs[r], plan.output_types[r], plan.result_sizes[k], plan.result_strides[k], guards));
     ++next;
   }
   for (size_t k = 0; k < plan.written.size(); ++k, ++next) {
-    store(*bound.written[k], outs[next], plan.output_types[next]);
+    const bool guarded = k < plan.guarded.size() && plan.guarded[k];
+    store(*bound.written[k], outs[next], plan.output_types[next], guarded ? guards_once : guards);
   }
-  for (size_t k = 0; k < plan.checks.size(); ++k, ++next) {
-    try {
-      check(outs[next], plan.checks[k]);
-    } catch (const exec::CheckFailure& e) {
-      raise_check_failure(e);
+  for (const exec::CheckPtr& c : own) {
+    if (!c->asynchronous() && c->failed()) {
+      c->reported = true;
+      raise_check_failure(c->error());
     }
   }
   return results;
@@ -249,14 +263,13 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
     bound.args.clear();  // the graph holds what it needs
     return deliver(
         plan, bound, outs,
-        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides) {
-          return tensor_from_deferred(d, sizes, to_aten(t.dtype), device, strides);
-        },
-        [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&) {
+        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides,
+            const exec::Checks& checks) { return tensor_from_deferred(d, sizes, to_aten(t.dtype), device, strides, checks); },
+        [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&, const exec::Checks& checks) {
           if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
-          s.set_deferred(d);
+          s.set_deferred(d, checks);
         },
-        [&](const exec::DeferredPtr& d, const std::string& message) { graph.add_check(d, message); });
+        [&](const exec::DeferredPtr& d, const std::string& message) { return graph.add_check(d, message); });
   }
   // Donate an old storage value when nothing else can still read it: the
   // storage and this call are its only owners. (Fused eager donates when
@@ -272,11 +285,10 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device, wait);
   return deliver(
       plan, bound, outs,
-      [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides) {
-        return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device, strides);
-      },
-      [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t) { s.set_value(b, t); },
-      [&](const pjrt::BufferPtr& b, const std::string& message) { rt.add_check(device, b, message, wait); });
+      [&](const pjrt::BufferPtr& b, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides,
+          const exec::Checks& checks) { return tensor_from_buffer(b, t, sizes, to_aten(t.dtype), device, strides, checks); },
+      [](TpuStorage& s, const pjrt::BufferPtr& b, const Type& t, const exec::Checks& checks) { s.set_value(b, t, checks); },
+      [&](const pjrt::BufferPtr& b, const std::string& message) { return rt.add_check(device, b, message, wait); });
 }
 
 BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {
@@ -291,6 +303,7 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
       case ParamSource::Kind::Storage: {
         const at::Tensor& t = sig.group_tensor(src.index);
         TpuStorage::Value v = operand_value(storage_of(t), device);
+        exec::merge_checks(bound.checks, v.checks);
         bound.args.push_back({std::move(v.buffer), std::move(v.deferred), std::move(v.type), storage_origin(t)});
         break;
       }
@@ -346,6 +359,7 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
   s.group = sig_ ? sig_->group_of(impl) : -1;
   if (s.group < 0) replayable_ = false;
   TpuStorage::Value snapshot = operand_value(*s.tpu, device_);
+  exec::merge_checks(bound_.checks, snapshot.checks);
   if (snapshot.buffer || snapshot.deferred) {
     s.type = snapshot.type;
     ParamSource src;
@@ -355,6 +369,7 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
     Value p = add_param(s.type, {std::move(snapshot.buffer), std::move(snapshot.deferred), s.type, storage_origin(t)},
                         src);
     s.full = p;
+    s.received = p;
     s.flat = s.type.dims.size() == 1 ? p : b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
   } else {
@@ -506,12 +521,18 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
     plan->result_strides.push_back(laid_out ? layouts_[k].second : std::vector<int64_t>{});
     if (v.valid()) plan->outputs.push_back(v);
   }
+  // All the checks passed (written storages keep their values otherwise).
+  Value all_ok;
+  for (const auto& [ok, message] : checks_) all_ok = all_ok.valid() ? b_->and_(all_ok, ok) : ok;
   for (Slot& s : slots_) {
     if (!s.written) continue;
     Value out = stored_value(s);
+    const bool guarded = all_ok.valid() && s.received.valid() && b_->type(out) == b_->type(s.received);
+    if (guarded) out = b_->select(b_->broadcast_to(all_ok, b_->dims(out)), out, s.received);
     if (s.param >= 0 && b_->type(out) == s.type) {
       plan->donations.emplace_back(s.param, static_cast<int>(plan->outputs.size()));
     }
+    plan->guarded.push_back(guarded);
     plan->written.push_back(s.group);
     bound_.written.push_back(s.tpu);
     plan->outputs.push_back(out);

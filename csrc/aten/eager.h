@@ -57,6 +57,9 @@ struct ProgramPlan {
   std::vector<std::vector<int64_t>> result_strides;
   std::vector<int> written;             // per written storage: its storage group (-1 unknown)
   std::vector<std::string> checks;      // messages of the device-side checks
+  // Per written storage: it keeps its old value when a check fails (an
+  // in-place op that fails leaves its target as it was, as on CPU).
+  std::vector<bool> guarded;
   std::vector<std::pair<int, int>> donations;  // (param, output) pairs that may share a buffer
   std::vector<ParamSource> params;
   // out= tensors resized to their results' shapes before the program runs
@@ -88,6 +91,7 @@ struct ProgramPlan {
 struct BoundProgram {
   std::vector<exec::ProgramArg> args;  // per plan parameter
   std::vector<TpuStorage*> written;    // per plan.written
+  exec::Checks checks;                 // those of the storage values read
 };
 
 // Run (or, in fused eager, record) `plan` on `bound`; returns the op's
@@ -164,6 +168,7 @@ class EagerProgram {
     hlo::Value flat;           // current value, rank 1, of `flat_dtype`
     hlo::DType flat_dtype;
     hlo::Value full;           // the storage value as received, or as last written densely
+    hlo::Value received;       // the storage value as received (invalid: not a parameter)
     bool written = false;
   };
   Slot& slot_for(const at::Tensor& t);

@@ -180,16 +180,27 @@ std::vector<exec::DeferredPtr> record(const Captured& c, const std::vector<exec:
   return ex.graph(c.device).record(c.fn->name, c.fn->text, args, c.fn->result_types, &c.fn->callees);
 }
 
-// Its results' other duties: values for placeholders' storages, checks.
-void finish(const Captured& c, c10::ArrayRef<c10::IValue> args, const std::vector<exec::DeferredPtr>& results) {
+// The checks the replay's values depend on: its own and those of what it
+// read (`read`).
+exec::Checks replay_checks(const Captured& c, const std::vector<exec::DeferredPtr>& results, exec::Checks read) {
+  if (!c.fn || c.fn->checks.empty()) return read;
+  exec::DeferredGraph& graph = current_executor().graph(c.device);
+  std::vector<exec::CheckPtr> own;
+  for (const auto& [value, message] : c.fn->checks) own.push_back(graph.add_check(results[value], message));
+  exec::merge_checks(read, own);
+  return read;
+}
+
+// Its results' other duty: values for placeholders' storages.
+void finish(const Captured& c, c10::ArrayRef<c10::IValue> args, const std::vector<exec::DeferredPtr>& results,
+            const exec::Checks& checks) {
   if (!c.fn) return;
   exec::DeferredGraph& graph = current_executor().graph(c.device);
   for (const auto& [pos, value] : c.writes) {
     TpuStorage& s = storage_of(tensor_at(args, pos));
     if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, results[value]);
-    s.set_deferred(results[value]);
+    s.set_deferred(results[value], checks);
   }
-  for (const auto& [value, message] : c.fn->checks) graph.add_check(results[value], message);
 }
 
 // ---- capture --------------------------------------------------------------------------
@@ -290,7 +301,7 @@ std::tuple<int64_t, std::string> capture_end(int64_t handle, c10::List<c10::IVal
     if (!v.deferred) return -1;
     auto it = result_of.find(v.deferred.get());
     if (it == result_of.end()) return -1;
-    s.set_deferred(results[it->second]);
+    s.set_deferred(results[it->second], v.checks);  // (its checks' values forward to the results too)
     attributed[it->second] = true;
     return it->second;
   };
@@ -451,6 +462,7 @@ std::vector<at::Tensor> graph_replay(int64_t handle, int64_t entry, c10::List<c1
   const int device = c->device;
   std::vector<exec::ProgramArg> bound;
   bound.reserve(c->bindings.size());
+  exec::Checks read;
   auto& rt = exec::Runtime::get();
   for (const Binding& b : c->bindings) {
     switch (b.kind) {
@@ -458,6 +470,7 @@ std::vector<at::Tensor> graph_replay(int64_t handle, int64_t entry, c10::List<c1
       case Binding::Kind::Storage: {
         TpuStorage& s = b.kind == Binding::Kind::Storage ? storage_of(b.storage) : storage_of(tensor_at(args, b.pos));
         TpuStorage::Value v = operand_value(s, device);
+        exec::merge_checks(read, v.checks);
         bound.push_back({std::move(v.buffer), std::move(v.deferred), std::move(v.type)});
         break;
       }
@@ -474,6 +487,7 @@ std::vector<at::Tensor> graph_replay(int64_t handle, int64_t entry, c10::List<c1
   std::vector<exec::DeferredPtr> results;
   if (c->fn) results = record(*c, bound);  // (none: the graph makes views only)
   bound.clear();
+  const exec::Checks checks = replay_checks(*c, results, std::move(read));
   std::vector<c10::Storage> storages;
   storages.reserve(c->storages.size());
   for (const OutStorage& o : c->storages) {
@@ -482,9 +496,9 @@ std::vector<at::Tensor> graph_replay(int64_t handle, int64_t entry, c10::List<c1
       continue;
     }
     storages.push_back(new_storage(o.nbytes, device));
-    if (o.value >= 0) storage_of(storages.back()).set_deferred(results[o.value]);
+    if (o.value >= 0) storage_of(storages.back()).set_deferred(results[o.value], checks);
   }
-  finish(*c, args, results);
+  finish(*c, args, results, checks);
   std::vector<at::Tensor> out;
   out.reserve(c->outputs.size());
   for (const OutTensor& o : c->outputs) out.push_back(view_of(storages[o.storage], o, device));

@@ -262,16 +262,16 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, a
 }
 
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
-                              at::ScalarType dtype, int device, c10::IntArrayRef strides) {
+                              at::ScalarType dtype, int device, c10::IntArrayRef strides, exec::Checks checks) {
   at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
-  storage_of(t).set_value(std::move(buffer), type);
+  storage_of(t).set_value(std::move(buffer), type, std::move(checks));
   return t;
 }
 
 at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device,
-                                c10::IntArrayRef strides) {
+                                c10::IntArrayRef strides, exec::Checks checks) {
   at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
-  storage_of(t).set_deferred(std::move(value));
+  storage_of(t).set_deferred(std::move(value), std::move(checks));
   return t;
 }
 

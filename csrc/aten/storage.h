@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "csrc/exec/deferred.h"
+#include "csrc/exec/device_check.h"
 #include "csrc/hlo/types.h"
 #include "csrc/pjrt/buffer.h"
 
@@ -35,6 +36,7 @@ class TpuStorage {
     pjrt::BufferPtr buffer;
     hlo::Type type;  // of `buffer`; its row-major bytes are the storage bytes
     exec::DeferredPtr deferred;
+    exec::Checks checks;  // the device-side checks this value depends on (device_check.h)
   };
   // The materialized value: runs the fused graph first if it is deferred.
   Value value() const;
@@ -43,18 +45,26 @@ class TpuStorage {
     std::lock_guard<std::mutex> lock(mu_);
     return value_;
   }
-  void set_value(pjrt::BufferPtr buffer, hlo::Type type) {
+  void set_value(pjrt::BufferPtr buffer, hlo::Type type, exec::Checks checks = {}) {
     note_materialized_write();
     std::lock_guard<std::mutex> lock(mu_);
     value_.buffer = std::move(buffer);
     value_.type = std::move(type);
     value_.deferred.reset();
+    value_.checks = std::move(checks);
   }
-  void set_deferred(exec::DeferredPtr v) {
+  void set_deferred(exec::DeferredPtr v, exec::Checks checks = {}) {
     std::lock_guard<std::mutex> lock(mu_);
     value_.buffer.reset();
     value_.type = v->type();
     value_.deferred = std::move(v);
+    value_.checks = std::move(checks);
+  }
+  // The value now held also depends on `checks`.
+  void add_checks(const exec::Checks& checks) {
+    if (checks.empty()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    exec::merge_checks(value_.checks, checks);
   }
 
  private:
@@ -107,10 +117,11 @@ at::Tensor empty_strided_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides,
 // `type`: the same elements in storage order, possibly in another shape);
 // contiguous, or with `strides` (dense, non-overlapping) where given.
 at::Tensor tensor_from_buffer(pjrt::BufferPtr buffer, const hlo::Type& type, c10::IntArrayRef sizes,
-                              at::ScalarType dtype, int device, c10::IntArrayRef strides = {});
+                              at::ScalarType dtype, int device, c10::IntArrayRef strides = {},
+                              exec::Checks checks = {});
 // The same for a deferred value (fused eager).
 at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes, at::ScalarType dtype, int device,
-                                c10::IntArrayRef strides = {});
+                                c10::IntArrayRef strides = {}, exec::Checks checks = {});
 
 bool is_supported_dtype(at::ScalarType t);
 

@@ -44,10 +44,11 @@ bool covers_storage(const at::Tensor& t) {
 
 int tpu_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
 
-// Failed device-side checks surface when the host reads a value.
-void verify_device_checks(int device) {
+// A failed device-side check surfaces when the host reads a value that
+// depends on it (device_check.h).
+void verify_device_checks(const at::Tensor& t) {
   try {
-    exec::Runtime::get().verify_checks(device);
+    exec::verify_checks(storage_of(t).raw_value().checks);
   } catch (const exec::CheckFailure& e) {
     raise_check_failure(e);
   }
@@ -55,6 +56,13 @@ void verify_device_checks(int device) {
 
 // dst (tpu) <- src (tpu, same device), converted and broadcast.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
+  // A copy of a view onto the very same view is nothing (CPU returns before
+  // any check: so copying an expanded tensor onto itself is allowed).
+  if (dst.is_alias_of(src) && dst.storage_offset() == src.storage_offset() && dst.sizes().equals(src.sizes()) &&
+      dst.strides().equals(src.strides()) && dst.scalar_type() == src.scalar_type() &&
+      dst.is_conj() == src.is_conj() && dst.is_neg() == src.is_neg()) {
+    return;
+  }
   TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes,
               "unsupported operation: more than one element of the written-to tensor refers to a "
               "single memory location. Please clone() the tensor before performing the operation.");
@@ -140,7 +148,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
     Value out = want >= have ? b.pad(flat, b.zeros(Type{dt, {}}), {0}, {want - have})
                              : b.slice(flat, {0}, {want});
     auto bufs = exec::Runtime::get().run(b.module({out}), {val.buffer->raw()}, device);
-    storage_of(dp).set_value(bufs[0], b.type(out));
+    storage_of(dp).set_value(bufs[0], b.type(out), val.checks);
   }
   storage.set_data_ptr_noswap(std::move(dp));
   storage.set_nbytes(nbytes);
@@ -174,7 +182,7 @@ at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t storage_of
   if (raw.buffer && raw.type.dtype == DType::U8 && raw.type.dims.size() == 1 && self.scalar_type() != at::kByte &&
       self.numel() > 0 && covers_storage(self) && !self.is_conj() && !self.is_neg()) {
     TpuStorage::Value typed = dense_value(self);
-    storage_of(self).set_value(typed.buffer, typed.type);
+    storage_of(self).set_value(typed.buffer, typed.type, raw.checks);
   }
   return self;
 }
@@ -208,7 +216,7 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
     // Nothing to read, but the read still reports the failed checks of the
     // ops before it (an empty result's own op included), as a read of data
     // does: an error belongs to the read that follows its op.
-    verify_device_checks(tpu_index(src));
+    verify_device_checks(src);
     return out;
   }
   TpuStorage::Value val = storage_of(src).value();
@@ -220,7 +228,7 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
     t = p.run()[0];
   }
   dense_value(t).buffer->to_host(out.data_ptr(), out.nbytes());
-  verify_device_checks(tpu_index(src));
+  verify_device_checks(src);
   return out;
 }
 
@@ -235,7 +243,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.numel() == 0) {
     // A read of nothing still reports the failed checks before it, as
     // to_host_into does.
-    if (src_tpu && !dst_tpu) verify_device_checks(tpu_index(src));
+    if (src_tpu && !dst_tpu) verify_device_checks(src);
     return dst;
   }
   if (src_tpu && dst_tpu) {
@@ -245,7 +253,8 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
       const auto& rt = exec::Runtime::get();
       TpuStorage::Value dense = dense_value(src);
       std::shared_ptr<pjrt::Buffer> moved = dense.buffer->copy_to_device(rt.device(tpu_index(dst)));
-      at::Tensor tmp = tensor_from_buffer(std::move(moved), dense.type, src.sizes(), src.scalar_type(), tpu_index(dst));
+      at::Tensor tmp = tensor_from_buffer(std::move(moved), dense.type, src.sizes(), src.scalar_type(), tpu_index(dst),
+                                          {}, dense.checks);
       copy_on_device(tmp, dst);
     }
     return dst;

@@ -1,10 +1,12 @@
 #include "csrc/exec/deferred.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 
+#include "csrc/exec/device_check.h"
 #include "csrc/exec/executable_cache.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/hlo/module.h"
@@ -101,13 +103,17 @@ std::vector<DeferredPtr> DeferredGraph::record(
   return out;
 }
 
-void DeferredGraph::add_check(DeferredPtr ok, std::string message) {
+CheckPtr DeferredGraph::add_check(DeferredPtr ok, std::string message) {
+  auto check = std::make_shared<DeviceCheck>(std::move(message), true);
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  if (!ok->pending_in(this)) {  // the graph already ran (size limit)
-    runtime_.add_check(device_, ok->resolve(), std::move(message));
-    return;
+  const bool ran = !ok->pending_in(this);  // the graph already ran (size limit)
+  check->set_result(std::move(ok));
+  if (ran) {
+    runtime_.track_check(device_, check);
+  } else {
+    rec_.checks.push_back(check);
   }
-  rec_.checks.emplace_back(std::move(ok), std::move(message));
+  return check;
 }
 
 void DeferredGraph::replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor) {
@@ -130,7 +136,9 @@ std::vector<DeferredPtr> DeferredGraph::live_values(const Recording& r) {
   for (auto& w : r.produced) {
     if (DeferredPtr v = w.lock()) add(v);
   }
-  for (auto& [v, msg] : r.checks) add(v);
+  for (auto& c : r.checks) {
+    if (DeferredPtr d = c->deferred()) add(d);
+  }
   return live;
 }
 
@@ -264,7 +272,7 @@ void DeferredGraph::flush_locked() {
     live[k]->buffer_ = outs[k];
     live[k]->graph_ = nullptr;
   }
-  for (auto& [v, msg] : r.checks) runtime_.add_check(device_, v->buffer_, std::move(msg));
+  for (auto& c : r.checks) runtime_.track_check(device_, c);
 }
 
 std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why) {
@@ -283,9 +291,10 @@ std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why)
   auto fn = std::make_shared<CapturedFunction>();
   fn->values = live_values(*r);
   for (const auto& v : fn->values) fn->result_types.push_back(v->type());
-  for (auto& [v, msg] : r->checks) {
+  for (auto& c : r->checks) {
+    const DeferredPtr v = c->deferred();
     for (size_t k = 0; k < fn->values.size(); ++k) {
-      if (fn->values[k] == v) fn->checks.emplace_back(static_cast<int>(k), msg);
+      if (fn->values[k] == v) fn->checks.emplace_back(static_cast<int>(k), c->message());
     }
   }
   const std::string key = structure_key(*r, fn->values, {});
@@ -318,6 +327,112 @@ std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why)
     }
   }
   return fn;
+}
+
+}  // namespace tpu::exec
+
+// ---- device checks (device_check.h) -------------------------------------------------
+
+namespace tpu::exec {
+
+void DeviceCheck::set_result(pjrt::BufferPtr ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ok_ = std::move(ok);
+}
+
+void DeviceCheck::set_result(DeferredPtr ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  deferred_ = std::move(ok);
+}
+
+DeferredPtr DeviceCheck::deferred() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deferred_;
+}
+
+bool DeviceCheck::failed() {
+  const int known = state_.load(std::memory_order_acquire);
+  if (known != kUnknown) return known == kFailed;
+  pjrt::BufferPtr ok;
+  DeferredPtr deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ok = ok_;
+    deferred = deferred_;
+  }
+  if (!ok && deferred) ok = deferred->resolve();  // runs its graph (outside our lock)
+  if (!ok) return false;
+  uint8_t bit = 1;
+  ok->to_host(&bit, 1);
+  state_.store(bit ? kPassed : kFailed, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(mu_);
+  ok_.reset();  // the answer is kept; the buffer and the graph value may go
+  deferred_.reset();
+  return !bit;
+}
+
+bool DeviceCheck::readable() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ok_ || !deferred_ || !deferred_->pending();
+}
+
+CheckFailure DeviceCheck::error() const {
+  return CheckFailure(message_ + (asynchronous_ ? " (detected asynchronously, after the op ran; set "
+                                                  "TORCH_TPU_LAUNCH_BLOCKING=1 to raise it at the op)"
+                                                : ""));
+}
+
+namespace {
+
+constexpr size_t kMaxGuards = 64;
+
+void add_guard(Checks& into, const CheckPtr& c, bool once) {
+  if (!c || c->passed()) return;
+  for (Guard& g : into) {
+    if (g.check == c) {
+      g.once = g.once && once;
+      return;
+    }
+  }
+  into.push_back({c, once});
+}
+
+// A long list (many ops with checks and no read between): its oldest
+// checks are read now (those a pending fused graph computes wait for it),
+// and those that passed drop out.
+void settle(Checks& into) {
+  if (into.size() <= kMaxGuards) return;
+  for (size_t k = 0; k < into.size() / 2; ++k) {
+    if (into[k].check->readable()) into[k].check->failed();
+  }
+  into.erase(std::remove_if(into.begin(), into.end(), [](const Guard& g) { return g.check->passed(); }), into.end());
+}
+
+}  // namespace
+
+void merge_checks(Checks& into, const Checks& more) {
+  for (const Guard& g : more) add_guard(into, g.check, g.once);
+  settle(into);
+}
+
+void merge_checks(Checks& into, const std::vector<CheckPtr>& more) {
+  for (const CheckPtr& c : more) add_guard(into, c, false);
+  settle(into);
+}
+
+void merge_checks_once(Checks& into, const std::vector<CheckPtr>& more) {
+  for (const CheckPtr& c : more) add_guard(into, c, true);
+  settle(into);
+}
+
+void verify_checks(const Checks& checks) {
+  for (const Guard& g : checks) {
+    if (g.check->passed() || (g.once && g.check->reported.load())) continue;
+    if (g.check->failed()) {
+      g.check->reported.store(true);
+      throw g.check->error();
+    }
+  }
 }
 
 }  // namespace tpu::exec

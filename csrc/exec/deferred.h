@@ -26,6 +26,7 @@
 namespace tpu::exec {
 
 class DeferredGraph;
+class DeviceCheck;
 class Runtime;
 
 // A device value that a recorded program will produce.
@@ -123,7 +124,8 @@ class DeferredGraph {
       const std::vector<hlo::Type>& results,
       const std::vector<std::pair<std::string, std::function<std::string()>>>* callees = nullptr);
   // A device-side check (rank-0 pred) verified after the graph ran.
-  void add_check(DeferredPtr ok, std::string message);
+  // (The check is the guard of the values computed from it: device_check.h.)
+  std::shared_ptr<DeviceCheck> add_check(DeferredPtr ok, std::string message);
   // A storage that held `old` (maybe a parameter of this graph) now holds
   // `successor`: if nothing else holds `old` when the graph runs, its
   // buffer is donated to `successor` (an optimizer's parameter update
@@ -166,7 +168,7 @@ class DeferredGraph {
     std::vector<std::string> function_order;
     std::unordered_map<std::string, std::function<std::string()>> functions;  // texts, made on a miss
     std::vector<std::weak_ptr<DeferredValue>> produced;
-    std::vector<std::pair<DeferredPtr, std::string>> checks;
+    std::vector<std::shared_ptr<DeviceCheck>> checks;
     std::unordered_multimap<const pjrt::Buffer*, int> duplicates;  // capture: a buffer's other origins
   };
   Ref ref_for(const ProgramArg& a);

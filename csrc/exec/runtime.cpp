@@ -223,32 +223,43 @@ std::shared_ptr<pjrt::Event> Runtime::last_event(int device_index) {
   return list.empty() ? nullptr : list.back();
 }
 
-void Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message, bool verify_now) {
+CheckPtr Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string message, bool verify_now) {
+  auto check = std::make_shared<DeviceCheck>(std::move(message), !verify_now);
+  check->set_result(std::move(ok));
+  if (!verify_now) track_check(device_index, check);
+  return check;
+}
+
+void Runtime::track_check(int device_index, CheckPtr check) {
+  std::vector<CheckPtr> backlog;
   {
     std::lock_guard<std::mutex> lock(checks_mu_);
     auto& list = checks_.at(device_index);
-    list.push_back({std::move(ok), std::move(message), !verify_now});
-    verify_now |= list.size() >= 1024;  // bounded: verify a long backlog
+    list.push_back(std::move(check));
+    if (list.size() < 1024) return;
+    backlog.swap(list);  // bounded: a long backlog is read now
   }
-  if (verify_now) verify_checks(device_index);
+  std::vector<CheckPtr> keep;
+  for (CheckPtr& c : backlog) {
+    if (c->failed() && !c->reported) keep.push_back(std::move(c));  // for synchronize to report
+  }
+  if (keep.size() > 256) keep.erase(keep.begin(), keep.end() - 256);  // (their values still raise when read)
+  std::lock_guard<std::mutex> lock(checks_mu_);
+  auto& list = checks_.at(device_index);
+  list.insert(list.begin(), keep.begin(), keep.end());
 }
 
 void Runtime::verify_checks(int device_index) {
-  std::vector<Check> checks;
+  std::vector<CheckPtr> checks;
   {
     std::lock_guard<std::mutex> lock(checks_mu_);
     checks.swap(checks_.at(device_index));
   }
-  for (const Check& c : checks) {
-    uint8_t ok = 1;
-    c.ok->to_host(&ok, 1);
-    if (!ok) {
-      const std::string where = !c.asynchronous
-                                    ? ""
-                                    : " (detected asynchronously, after the op ran; set "
-                                      "TORCH_TPU_LAUNCH_BLOCKING=1 to raise it at the op)";
-      throw CheckFailure(c.message + where);
-    }
+  // The first failure is raised; the others are not (as CUDA reports one
+  // error), though reading their values still raises them.
+  for (const CheckPtr& c : checks) {
+    if (c->reported || !c->failed() || c->reported.exchange(true)) continue;
+    throw c->error();
   }
 }
 

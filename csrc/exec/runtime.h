@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "csrc/exec/deferred.h"
+#include "csrc/exec/device_check.h"
 #include "csrc/exec/executable_cache.h"
 #include "csrc/exec/executor.h"
 #include "csrc/hlo/types.h"
@@ -72,11 +73,15 @@ class Runtime {
   void synchronize(int device);
 
   // Checks computed on the device (an index in range, a target in bounds):
-  // `ok` is a rank-0 pred buffer. Like CUDA's device-side assertions they are
-  // verified when the host next waits for the device (a read, synchronize),
-  // or at once with `verify_now` (debug eager).
-  void add_check(int device, pjrt::BufferPtr ok, std::string message, bool verify_now = false);
-  // Throws CheckFailure for the first failed pending check of `device`.
+  // `ok` is a rank-0 pred buffer. The check guards the values of its op
+  // (device_check.h): reading them verifies it. Returns it, tracked for
+  // synchronize; with `verify_now` (debug eager) the caller verifies it
+  // once it stored what the op wrote.
+  CheckPtr add_check(int device, pjrt::BufferPtr ok, std::string message, bool verify_now = false);
+  // Tracks `check` (of a fused graph that ran) for synchronize.
+  void track_check(int device, CheckPtr check);
+  // Throws CheckFailure for the first failed check of `device` not reported
+  // yet (synchronize).
   void verify_checks(int device);
 
   // The completion of the latest program started on `device`: done once
@@ -107,13 +112,8 @@ class Runtime {
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
   std::vector<std::vector<std::shared_ptr<pjrt::Event>>> pending_;
-  struct Check {
-    pjrt::BufferPtr ok;
-    std::string message;
-    bool asynchronous = true;  // verified after the op returned
-  };
   std::mutex checks_mu_;
-  std::vector<std::vector<Check>> checks_;
+  std::vector<std::vector<CheckPtr>> checks_;  // per device: not known to have passed, not reported
 };
 
 pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t);

@@ -108,6 +108,60 @@ def test_debug_mode_raises_at_the_op_naming_it_and_its_inputs():
     assert (x + 1).cpu().tolist() == [1, 2, 3, 4, 5]  # the device is usable afterwards
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_failed_device_check_belongs_to_the_values_its_op_made(mode):
+    """An asynchronous error is raised by reads of what the failing op made
+    (and of what was computed from it), every time; other tensors, pending
+    in the same stretch of work (in fused eager: the same graph), read
+    normally. An in-place op that fails leaves its target as it was, as on
+    CPU: one read of it raises the error, later reads give the old values.
+    synchronize raises a failure no read has reported, once."""
+    x = torch.arange(6.0, device="tpu")
+    with torch_tpu.execution_mode(mode):
+        before = x * 2
+        bad = x.gather(0, torch.tensor([7], device="tpu"))  # asynchronous: nothing yet
+        derived = bad + 1
+        after = x + 1
+        y = torch.arange(3.0, device="tpu")
+        y.index_put_((torch.tensor([5], device="tpu"),), torch.tensor([9.0], device="tpu"))
+        z = torch.ones(2, device="tpu") * 3
+    assert before.cpu().tolist() == [0, 2, 4, 6, 8, 10]
+    assert after.cpu().tolist() == [1, 2, 3, 4, 5, 6]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="gather.*out of bounds.*detected asynchronously"):
+            bad.cpu()
+        with pytest.raises(RuntimeError, match="gather.*out of bounds"):
+            derived.sum().item()
+    with pytest.raises(IndexError, match="out of bounds"):
+        y.cpu()
+    assert y.cpu().tolist() == [0, 1, 2]
+    assert (y * 2).cpu().tolist() == [0, 2, 4]
+    assert z.cpu().tolist() == [3, 3]
+    # Not read by anyone: synchronize reports it, once.
+    with torch_tpu.execution_mode(mode):
+        torch.arange(3, device="tpu") // torch.zeros(3, dtype=torch.long, device="tpu")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()
+
+
+def test_a_failed_check_inside_a_compiled_graph_belongs_to_its_outputs():
+    """A replayed graph whose check fails: its outputs raise when read,
+    other tensors do not."""
+    fn = torch.compile(lambda t, i: (t.gather(0, i) * 2, t + 1), backend="tpu")
+    x = torch.arange(6.0, device="tpu")
+    good = torch.tensor([1, 2], device="tpu")
+    for _ in range(2):  # captured, then replayed
+        out, other = fn(x, good)
+        assert out.cpu().tolist() == [2, 4]
+    for _ in range(2):
+        out, other = fn(x, torch.tensor([1, 9], device="tpu"))
+        unrelated = x * 3
+        assert unrelated.cpu().tolist() == [0, 3, 6, 9, 12, 15]
+        with pytest.raises(RuntimeError, match="gather.*out of bounds"):
+            out.cpu()
+
+
 def _held(t):
     return torch.ops.torch_tpu._storage_info(t).split()[0]  # "deferred" or "buffer"
 

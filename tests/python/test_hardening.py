@@ -379,6 +379,20 @@ def test_index_put_of_varying_values_into_an_expanded_tensor_writes_as_cpu(dtype
             assert_same(got, want)
 
 
+def test_copy_of_a_view_onto_the_same_view_is_allowed_and_changes_nothing():
+    """CPU's copy_ returns at once when source and destination are the same
+    view (same storage, offset, sizes, strides, dtype): an expanded tensor
+    copied onto itself included, which any other copy into it refuses."""
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        base = torch.arange(6).to(dtype).view(1, 6)[:, ::2]
+        x = base.to("tpu")
+        x.expand(3, 3).copy_(x.expand(3, 3))
+        x[:, 1:].copy_(x[:, 1:])
+        assert_same(x, base)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x.expand(3, 3).copy_(x.expand(3, 3).clone())
+
+
 _INTERRUPTED = r"""
 import os, signal, threading, time, torch, torch_tpu
 x = torch.randn(1200, 1200, device="tpu") * 0.01
