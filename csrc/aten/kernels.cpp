@@ -364,18 +364,41 @@ std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::In
 // CPU kernel does (those build a TensorIterator over the operands; the meta
 // kernels of these are decompositions that make a contiguous result, or
 // follow the other operand): the same iterator over meta operands.
-std::optional<at::Tensor> iterator_layout(const Entry& e, const std::vector<c10::IValue>& args) {
+// Also every other pointwise op of several tensors that broadcast: their
+// meta kernels are Python's elementwise rule, which orders size-1 dims
+// differently from TensorIterator when strides tie.
+std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const Entry& e,
+                                          const std::vector<c10::IValue>& args) {
   static const std::unordered_set<std::string> kOps = {
       "aten::floor_divide", "aten::logical_and", "aten::logical_or", "aten::logical_xor",
       "aten::copysign.Tensor", "aten::xlogy.Tensor", "aten::heaviside"};
-  if (!kOps.count(e.functional) || args.size() < 2 || !args[0].isTensor() || !args[1].isTensor()) return std::nullopt;
   auto meta = [](const at::Tensor& t) {
     return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
   };
+  const bool listed = kOps.count(e.functional) != 0;
+  if (listed) {
+    if (args.size() < 2 || !args[0].isTensor() || !args[1].isTensor()) return std::nullopt;
+    try {
+      at::Tensor out;
+      const at::Tensor a = meta(args[0].toTensor()), b = meta(args[1].toTensor());
+      at::TensorIterator iter = at::TensorIterator::binary_op(out, a, b);
+      return iter.output();
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (!op.hasTag(at::Tag::pointwise)) return std::nullopt;
+  std::vector<at::Tensor> inputs;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() > 0) inputs.push_back(meta(v.toTensor()));
+  }
+  if (inputs.size() < 2) return std::nullopt;
   try {
-    at::Tensor out;
-    const at::Tensor a = meta(args[0].toTensor()), b = meta(args[1].toTensor());
-    at::TensorIterator iter = at::TensorIterator::binary_op(out, a, b);
+    at::TensorIteratorConfig config;
+    config.set_check_mem_overlap(false).check_all_same_dtype(false).promote_inputs_to_common_dtype(true);
+    config.add_owned_output(at::Tensor());
+    for (const at::Tensor& t : inputs) config.add_owned_const_input(t);
+    at::TensorIterator iter = config.build();
     return iter.output();
   } catch (const std::exception&) {
     return std::nullopt;
@@ -398,7 +421,7 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
   }
   if (!meta || meta->size() != outputs.size()) return;
   if (meta->size() == 1) {
-    if (std::optional<at::Tensor> m = iterator_layout(e, args)) (*meta)[0] = *m;
+    if (std::optional<at::Tensor> m = iterator_layout(op, e, args)) (*meta)[0] = *m;
   }
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -259,6 +259,12 @@ _LAYOUT_OPERANDS = {
     "one_element,transposed": lambda: (torch.randn(1, 1).abs() + 0.5, _T()),
     "zero_dim,transposed": lambda: (torch.tensor(1.5), _T()),
     "transposed,one_element": lambda: (_T(), torch.randn(1, 1).abs() + 0.5),
+    # Size-1 dims whose strides tie with another dim's: TensorIterator and
+    # the Python meta kernels order them differently (found by the fuzzer).
+    "size_one_ties,broadcast": lambda: (torch.randn(4).abs().add(0.5).as_strided((1, 1, 4, 1), (1, 1, 1, 1)),
+                                        torch.randn(4, 1, 5).abs() + 0.5),
+    "broadcast,size_one_ties": lambda: (torch.randn(4, 1, 5).abs() + 0.5,
+                                        torch.randn(4).abs().add(0.5).as_strided((1, 1, 4, 1), (1, 1, 1, 1))),
 }
 
 
@@ -273,6 +279,18 @@ def test_binary_results_are_laid_out_as_on_cpu(op, operands):
     fn = getattr(torch, op)
     want = fn(a, b)
     got = fn(a.to("tpu"), b.to("tpu"))
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("operands", sorted(_LAYOUT_OPERANDS))
+@pytest.mark.parametrize("op", ["where", "addcmul", "lerp", "clamp"])
+def test_ternary_results_are_laid_out_as_on_cpu(op, operands):
+    a, b = _LAYOUT_OPERANDS[operands]()
+    fns = {"where": lambda x, y: torch.where(x + y > 2, x, y), "addcmul": lambda x, y: torch.addcmul(x, y, x),
+           "lerp": lambda x, y: torch.lerp(x, y, x), "clamp": lambda x, y: torch.clamp(x, y, x + y)}
+    want = fns[op](a, b)
+    got = fns[op](a.to("tpu"), b.to("tpu"))
     assert got.stride() == want.stride(), (got.stride(), want.stride())
     assert_same(got, want)
 
