@@ -73,11 +73,12 @@ from . import _kernels  # noqa: E402
 _kernels.register()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _ctc, _factories, _fastpath, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _factories, _fastpath, _quant, compiler, distributed  # noqa: E402
 
 _ctc.register()
 _factories.register()
 _fastpath.register()
+_quant.register()
 compiler.register()
 _accelerate.install()
 distributed.register()

@@ -2,6 +2,7 @@
 // padding, tril/triu, factories (arange, linspace, eye).
 #include <cmath>
 
+#include "csrc/exec/check_failure.h"
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
@@ -394,6 +395,25 @@ TPU_LOWERINGS(tensor) {
     return one(c.b.zeros(Type{to_hlo(t), Dims(size.begin(), size.end())}));
   });
   reg("aten::fill.Tensor", lower_fill);
+  // _assert_async(self[, msg]): a device-side check that the one value is
+  // nonzero (torch.compile's runtime assertions; CUDA's device assert).
+  auto assert_async = [](Context& c) -> std::vector<Value> {
+    const TensorInfo& self = c.args.info(0);
+    TORCH_CHECK(self.numel() != 0, "Boolean value of Tensor with no values is ambiguous");
+    TORCH_CHECK(self.numel() < 2, "Boolean value of Tensor with more than one value is ambiguous");
+    Builder& b = c.b;
+    Value v = b.reshape(c.args.tensor(0), {});
+    const hlo::DType dt = b.dtype(v);
+    if (hlo::is_complex(dt)) v = b.or_(b.compare(hlo::Cmp::NE, b.real(v), b.zeros(Type{b.dtype(b.real(v)), {}})),
+                                       b.compare(hlo::Cmp::NE, b.imag(v), b.zeros(Type{b.dtype(b.real(v)), {}})));
+    else if (dt != hlo::DType::Pred) v = b.compare(hlo::Cmp::NE, v, b.zeros(Type{dt, {}}));
+    const std::string message = c.args.size() > 1 && c.args.has(1) ? c.args.string(1)
+                                                                   : "Expected Tensor with single nonzero value, but got zero";
+    c.args.check(v, std::string(exec::kRuntimeErrorCheck) + message);
+    return {};
+  };
+  reg("aten::_assert_async", assert_async);
+  reg("aten::_assert_async.msg", assert_async);
   reg("aten::zero", [](Context& c) {
     const TensorInfo& self = c.args.info(0);
     return one(c.b.zeros(Type{to_hlo(self.dtype), self.sizes}));

@@ -411,6 +411,24 @@ def test_copy_of_a_view_onto_the_same_view_is_allowed_and_changes_nothing():
             x.expand(3, 3).copy_(x.expand(3, 3).clone())
 
 
+def test_assert_async_is_a_device_check():
+    """torch._assert_async (torch.compile's runtime assertions) checks on the
+    device: synchronize raises CPU's RuntimeError; debug eager raises at the
+    call; more than one value is refused at once."""
+    x = torch.ones(2, device="tpu")
+    torch._assert_async((x > 0).all())
+    torch._assert_async(x.sum(), "never")
+    torch.tpu.synchronize()
+    torch._assert_async((x > 5).all(), "x must exceed 5")
+    with pytest.raises(RuntimeError, match="x must exceed 5"):
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        torch._assert_async(x)
+    with torch_tpu.execution_mode("debug"):
+        with pytest.raises(RuntimeError, match="Expected Tensor with single nonzero value, but got zero"):
+            torch._assert_async(x.sum() * 0)
+
+
 _INTERRUPTED = r"""
 import os, signal, threading, time, torch, torch_tpu
 x = torch.randn(1200, 1200, device="tpu") * 0.01
