@@ -55,9 +55,11 @@ std::vector<at::Tensor> all_reduce_local(std::vector<at::Tensor> tensors, std::s
   std::vector<at::Tensor> dense(n);
   std::vector<std::vector<pjrt::c::PJRT_Buffer*>> args(n);
   hlo::Type type;
+  exec::Checks checks;  // every result depends on every operand
   for (int r = 0; r < n; ++r) {
     dense[r] = tensors[r].contiguous().clone();
     TpuStorage::Value v = storage_of(dense[r]).value();
+    exec::merge_checks(checks, v.checks);
     TORCH_CHECK(v.buffer, "torch_tpu internal error: all_reduce_local of a tensor with no device value");
     if (r == 0) type = v.type;
     TORCH_CHECK(v.type == type, "torch_tpu internal error: all_reduce_local operands of types ", type.str(),
@@ -74,7 +76,7 @@ std::vector<at::Tensor> all_reduce_local(std::vector<at::Tensor> tensors, std::s
   std::vector<std::vector<pjrt::BufferPtr>> outs = rt.run_replicated(b.module({reduced}, {}, attributes), args);
   std::vector<at::Tensor> results;
   for (int r = 0; r < n; ++r) {
-    results.push_back(tensor_from_buffer(outs[r][0], type, first.sizes(), first.scalar_type(), r));
+    results.push_back(tensor_from_buffer(outs[r][0], type, first.sizes(), first.scalar_type(), r, {}, checks));
   }
   return results;
 }
