@@ -387,7 +387,8 @@ std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const E
       return std::nullopt;
     }
   }
-  if (!op.hasTag(at::Tag::pointwise)) return std::nullopt;
+  // (masked_fill writes into a clone of self, not a TensorIterator's output.)
+  if (!op.hasTag(at::Tag::pointwise) || e.functional.rfind("aten::masked_fill", 0) == 0) return std::nullopt;
   std::vector<at::Tensor> inputs;
   for (const c10::IValue& v : args) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() > 0) inputs.push_back(meta(v.toTensor()));

@@ -42,3 +42,62 @@ def test_float32_forward_and_backward(report):
 
 def test_no_fallback_needed(report):
     assert report["summary"].get("float32_pass_only_with_cpu_fallback", []) == []
+
+
+# Ops whose results of transposed inputs are still laid out otherwise than
+# on CPU (their meta kernels' layouts differ from the CPU kernels').
+_LAYOUT_KNOWN = {"cholesky_solve", "linalg.solve", "lu_solve", "nn.functional.batch_norm", "nn.functional.conv1d",
+                 "nn.functional.conv_transpose1d", "nn.functional.scaled_dot_product_attention", "normal",
+                 "resize_as_"}
+
+
+def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
+    """Every OpInfo op of two or more tensors, its samples (float32, the
+    first six) with transposed inputs: the results' strides (of dims longer
+    than 1) are CPU's, but for the ops listed above. Layouts decide which
+    later views and in-place writes alias what (TensorIterator's rules)."""
+    import warnings
+
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    import torch_tpu  # noqa: F401
+
+    def transposed(t):
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 2 and t.numel() > 1:
+            return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+        return t
+
+    def to_tpu(t):
+        return t.to("tpu") if isinstance(t, torch.Tensor) else t
+
+    def strides(t):
+        return tuple(s for s, n in zip(t.stride(), t.shape) if n > 1)
+
+    wrong, checked = {}, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in op_db:
+            if torch.float32 not in op.dtypes:
+                continue
+            try:
+                samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:6]
+            except Exception:  # noqa: BLE001  (samples this torch build cannot make)
+                continue
+            for s in samples:
+                args = [transposed(s.input)] + [transposed(a) for a in s.args]
+                if sum(isinstance(a, torch.Tensor) and a.dim() >= 1 for a in args) < 2:
+                    continue
+                try:
+                    want = op.op(*args, **s.kwargs)
+                    if not isinstance(want, torch.Tensor) or want.layout != torch.strided:
+                        continue
+                    got = op.op(*[to_tpu(a) for a in args], **{k: to_tpu(v) for k, v in s.kwargs.items()})
+                except Exception:  # noqa: BLE001  (errors are the conformance harness's business)
+                    continue
+                checked += 1
+                if strides(got) != strides(want):
+                    wrong.setdefault(op.name, (tuple(want.shape), want.stride(), got.stride()))
+    assert checked > 500, checked
+    unexpected = {k: v for k, v in wrong.items() if k not in _LAYOUT_KNOWN}
+    assert not unexpected, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {unexpected}"
