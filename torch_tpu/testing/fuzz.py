@@ -474,6 +474,13 @@ def compare(torch, p: Program, cpu, tpu) -> str | None:
             continue
         where = f"value {k}" + (f" (step {k - n_in}: {p.steps[k - n_in].op})" if k >= n_in else " (input)")
         if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+            # A shape that depends on data (nonzero of a bfloat16 result)
+            # may follow a rounding difference within tolerance in its input:
+            # CPU's op on the tpu's own inputs then gives the tpu's shape.
+            ref = expected[k] if k >= n_in else None
+            if (a.dtype == b.dtype and ref is not None and tuple(ref[0].shape) == tuple(b.shape)
+                    and _close(torch, ref[0], ref[1], low[k])):
+                continue
             return f"{where}: CPU {a.dtype}{list(a.shape)}, tpu {b.dtype}{list(b.shape)}"
         # Strides of dims of size 1 (or of empty tensors) mean nothing.
         sa = [s for s, n in zip(a.stride(), a.shape) if n > 1]
