@@ -406,6 +406,27 @@ std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const E
   }
 }
 
+// roll's result as CPU lays it out: CPU rolls one dim at a time as a cat of
+// two narrows of the input, and cat keeps a channels-last format that both
+// parts share (a roll by a multiple of the size has an empty part, so it
+// is contiguous, as is a roll of the flattened tensor). The meta kernel's
+// result is always contiguous.
+std::optional<at::Tensor> roll_layout(const Entry& e, const std::vector<c10::IValue>& args) {
+  if (e.functional != "aten::roll" || args.size() < 3 || !args[0].isTensor()) return std::nullopt;
+  const at::Tensor& self = args[0].toTensor();
+  if (self.dim() != 4 && self.dim() != 5) return std::nullopt;
+  const std::vector<int64_t> shifts = args[1].toIntVector();
+  const std::vector<int64_t> dims = args[2].toIntVector();
+  if (dims.empty() || dims.size() != shifts.size() || self.numel() == 0) return std::nullopt;
+  at::MemoryFormat format = self.suggest_memory_format();
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t d = c10::maybe_wrap_dim(dims[k], self.dim());
+    if (shifts[k] % self.size(d) == 0) format = at::MemoryFormat::Contiguous;
+  }
+  if (format == at::MemoryFormat::Contiguous) return std::nullopt;
+  return at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()).device(at::kMeta).memory_format(format));
+}
+
 // Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
 // keeps the inputs' memory format, attention returns a transposed output,
 // ...): where that is a dense permutation other than the contiguous one, the
@@ -423,6 +444,7 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
   if (!meta || meta->size() != outputs.size()) return;
   if (meta->size() == 1) {
     if (std::optional<at::Tensor> m = iterator_layout(op, e, args)) (*meta)[0] = *m;
+    if (std::optional<at::Tensor> m = roll_layout(e, args)) (*meta)[0] = *m;
   }
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -295,6 +295,29 @@ def test_ternary_results_are_laid_out_as_on_cpu(op, operands):
     assert_same(got, want)
 
 
+_ROLL_INPUTS = {
+    "channels_last": lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+    "channels_last_size_one": lambda: torch.randn(9).as_strided((1, 3, 3, 1), (9, 1, 3, 3)),
+    "channels_last_3d": lambda: torch.randn(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d),
+    "transposed": lambda: torch.randn(2, 3, 4).transpose(1, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ROLL_INPUTS))
+@pytest.mark.parametrize("roll", [(1, 1), (-1, 2), (0, 1), (3, 1), ((1, 2), (1, 2)), (2, None), ((3, 1), (1, 2))],
+                         ids=str)
+def test_roll_is_laid_out_as_on_cpu(name, roll):
+    """CPU rolls a dim as a cat of two narrows: a channels-last input stays
+    channels-last unless a part is empty (a shift by a multiple of the
+    size), and the flattened roll is contiguous (found by the fuzzer)."""
+    x = _ROLL_INPUTS[name]()
+    shifts, dims = roll
+    fn = (lambda t: t.roll(shifts)) if dims is None else (lambda t: t.roll(shifts, dims))
+    want, got = fn(x), fn(x.to("tpu"))
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    assert_same(got, want)
+
+
 @pytest.mark.parametrize("x", [0.0, 1.0, [1.0, 1.0, 0.0], [0.0, 0.0], "zeros23", "eye2", [[1.0, 0.0, 0.0]], "zeros03"],
                          ids=str)
 def test_nonzero_is_laid_out_column_by_column_as_on_cpu(x):
