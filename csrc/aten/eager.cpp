@@ -195,11 +195,13 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
   std::vector<exec::CheckPtr> own;
   own.reserve(plan.checks.size());
   for (size_t k = 0; k < plan.checks.size(); ++k) own.push_back(check(outs[first_check + k], plan.checks[k]));
+  // (Without checks of its own, the op's values all carry what it read.)
   exec::Checks guards = bound.checks;
-  exec::Checks guards_once = bound.checks;
+  exec::Checks guards_once;
   if (!own.empty()) {
+    guards_once = guards;
     exec::merge_checks(guards, own);
-    exec::merge_checks_once(guards_once, own);
+    exec::merge_checks(guards_once, own, /*once=*/true);
   }
   std::vector<at::Tensor> results;
   results.reserve(plan.results.size());
@@ -214,7 +216,7 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
     ++next;
   }
   for (size_t k = 0; k < plan.written.size(); ++k, ++next) {
-    const bool guarded = k < plan.guarded.size() && plan.guarded[k];
+    const bool guarded = !own.empty() && k < plan.guarded.size() && plan.guarded[k];
     store(*bound.written[k], outs[next], plan.output_types[next], guarded ? guards_once : guards);
   }
   for (const exec::CheckPtr& c : own) {

@@ -60,12 +60,6 @@ class TpuStorage {
     value_.deferred = std::move(v);
     value_.checks = std::move(checks);
   }
-  // The value now held also depends on `checks`.
-  void add_checks(const exec::Checks& checks) {
-    if (checks.empty()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    exec::merge_checks(value_.checks, checks);
-  }
 
  private:
   mutable std::mutex mu_;

@@ -415,13 +415,8 @@ void merge_checks(Checks& into, const Checks& more) {
   settle(into);
 }
 
-void merge_checks(Checks& into, const std::vector<CheckPtr>& more) {
-  for (const CheckPtr& c : more) add_guard(into, c, false);
-  settle(into);
-}
-
-void merge_checks_once(Checks& into, const std::vector<CheckPtr>& more) {
-  for (const CheckPtr& c : more) add_guard(into, c, true);
+void merge_checks(Checks& into, const std::vector<CheckPtr>& more, bool once) {
+  for (const CheckPtr& c : more) add_guard(into, c, once);
   settle(into);
 }
 

@@ -67,9 +67,8 @@ using Checks = std::vector<Guard>;
 // Adds the guards of `more` to `into` (checks known to have passed drop
 // out). A long list has its oldest checks settled (read) first.
 void merge_checks(Checks& into, const Checks& more);
-// The same with every check of `more` as `once`.
-void merge_checks_once(Checks& into, const std::vector<CheckPtr>& more);
-void merge_checks(Checks& into, const std::vector<CheckPtr>& more);
+// The same for an op's own checks, each guarding `once` or not.
+void merge_checks(Checks& into, const std::vector<CheckPtr>& more, bool once = false);
 // Throws the CheckFailure of the first failed check a read must raise.
 void verify_checks(const Checks& checks);
 
