@@ -427,6 +427,18 @@ std::optional<at::Tensor> roll_layout(const Entry& e, const std::vector<c10::IVa
   return at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()).device(at::kMeta).memory_format(format));
 }
 
+// linalg_eig's eigenvectors as LAPACK writes them, column-major per matrix
+// (the meta kernel's are contiguous).
+void eig_layout(const Entry& e, std::vector<at::Tensor>& meta) {
+  if (e.functional != "aten::linalg_eig" || meta.size() != 2 || meta[1].dim() < 2) return;
+  const at::Tensor& v = meta[1];
+  std::vector<int64_t> strides = v.strides().vec();
+  const int64_t r = v.dim(), n = v.size(r - 1);
+  strides[r - 2] = 1;
+  strides[r - 1] = std::max<int64_t>(n, 1);
+  meta[1] = at::empty_strided(v.sizes(), strides, v.options());
+}
+
 // Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
 // keeps the inputs' memory format, attention returns a transposed output,
 // ...): where that is a dense permutation other than the contiguous one, the
@@ -446,6 +458,7 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
     if (std::optional<at::Tensor> m = iterator_layout(op, e, args)) (*meta)[0] = *m;
     if (std::optional<at::Tensor> m = roll_layout(e, args)) (*meta)[0] = *m;
   }
+  eig_layout(e, *meta);
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& m = (*meta)[i];

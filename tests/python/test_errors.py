@@ -44,14 +44,14 @@ def test_shape_error_message_names_the_shapes():
         torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(4, 5, device="tpu"))
 
 
-# An op with no lowering (the eigenvalues of a general matrix).
-UNLOWERED_OP = "aten::_linalg_eigvals"
+# An op with no lowering (the LDL factorization of a symmetric matrix).
+UNLOWERED_OP = "aten::linalg_ldl_factor_ex.out"
 
 
 def test_missing_lowering_names_op_and_fallback():
     x = torch.randn(4, 4, device="tpu")
     with pytest.raises(NotImplementedError) as e:
-        torch.linalg.eigvals(x)
+        torch.linalg.ldl_factor(x)
     msg = str(e.value)
     assert UNLOWERED_OP in msg and "tpu" in msg
     assert "TORCH_TPU_CPU_FALLBACK=1" in msg and "set_cpu_fallback(True)" in msg
@@ -60,23 +60,24 @@ def test_missing_lowering_names_op_and_fallback():
 def test_cpu_fallback_is_opt_in_and_counted():
     assert not torch_tpu.cpu_fallback_enabled()
     x = torch.randn(4, 4)
+    x = x @ x.T + torch.eye(4)
     torch_tpu.set_cpu_fallback(True)
     try:
         before = torch_tpu.cpu_fallback_counts().get(UNLOWERED_OP, 0)
-        y = torch.linalg.eigvals(x.to("tpu"))
+        y = torch.linalg.ldl_factor(x.to("tpu"))[0]
         assert y.device.type == "tpu"
-        torch.testing.assert_close(y.cpu(), torch.linalg.eigvals(x))
+        torch.testing.assert_close(y.cpu(), torch.linalg.ldl_factor(x)[0])
         assert torch_tpu.cpu_fallback_counts()[UNLOWERED_OP] == before + 1
     finally:
         torch_tpu.set_cpu_fallback(False)
     with pytest.raises(NotImplementedError):
-        torch.linalg.eigvals(x.to("tpu"))
+        torch.linalg.ldl_factor(x.to("tpu"))
 
 
 def test_cpu_fallback_from_environment():
     r = run_python(
         "import torch, torch_tpu\n"
-        "y = torch.linalg.eigvals(torch.eye(3, device='tpu'))\n"
+        "y = torch.linalg.ldl_factor(torch.eye(3, device='tpu'))\n"
         "print(torch_tpu.cpu_fallback_counts())\n",
         env={"TORCH_TPU_CPU_FALLBACK": "1"},
     )
