@@ -7,8 +7,9 @@
 //   Householder QR (geqrf's reflectors and tau): geqrf, qr,
 //     householder_product (orgqr), ormqr;
 //   the symmetric eigendecomposition by cyclic Jacobi rotations: eigh;
-//   the general real eigendecomposition by LAPACK geev's steps (balancing,
-//     Hessenberg form, double-shift QR, back substitution): eig, eigvals;
+//   the general eigendecomposition by LAPACK geev's steps (balancing,
+//     Hessenberg form, double-shift QR for real and single-shift QR for
+//     complex matrices, back substitution): eig, eigvals;
 //   the SVD by one-sided (Hestenes) Jacobi: svd;
 //   Cholesky (potrf's info: the order of the first leading minor that is not
 //     positive-definite), cholesky_solve and cholesky_inverse.
@@ -1102,7 +1103,7 @@ std::vector<Value> lower_matrix_exp(Context& c) {
   return one(cast(b, out[1], in.dtype));
 }
 
-// ---- The eigendecomposition of a general real matrix -------------------
+// ---- The eigendecomposition of a general matrix --------------------------
 // LAPACK geev's steps, so that the eigenvalues come in CPU's order (the
 // order in which the QR iteration deflates them) and the eigenvectors with
 // its scaling and phase:
@@ -1110,11 +1111,14 @@ std::vector<Value> lower_matrix_exp(Context& c) {
 //          by powers of 2 (balance_permute, balance_scale);
 //   gehrd  Householder reduction to upper Hessenberg form (hessenberg);
 //   lahqr  Francis double-shift QR to real Schur form, with the Ahues and
-//          Tisseur deflation test and exceptional shifts (real_schur);
+//          Tisseur deflation test and exceptional shifts (real_schur); for
+//          a complex matrix zlahqr's single-shift QR with Wilkinson's shift
+//          to triangular form (complex_schur);
 //   trevc  back substitution for the eigenvectors of the quasi-triangular
 //          Schur form, here in complex arithmetic (schur_eigenvectors);
 //   gebak  undo the balancing; then each vector gets unit norm and, for a
-//          complex pair, a real largest component (geev's normalization).
+//          complex pair, a real largest component (geev's normalization;
+//          zgeev's makes the largest component real and positive).
 // The loops are data-dependent, so the matrices of a batch run in turn.
 struct GeneralEig {
   Builder& b;
@@ -1160,6 +1164,22 @@ struct GeneralEig {
     Value q = b.div(z, sel(eq(w, zero), one, w));
     return sel(eq(w, zero), zero, b.mul(w, sqrt(b.add(one, b.mul(q, q)))));
   }
+
+  // |x|^2 elementwise, x (real or complex) times the real scalar s, and
+  // complex helpers.
+  Value sq(Value x) {
+    if (!hlo::is_complex(b.dtype(x))) return b.mul(x, x);
+    Value re = b.real(x), im = b.imag(x);
+    return b.add(b.mul(re, re), b.mul(im, im));
+  }
+  Value scale_by(Value x, Value s) {
+    Value v = b.broadcast_in_dim(s, b.dims(x), {});
+    return b.mul(x, hlo::is_complex(b.dtype(x)) ? b.complex(v, b.zeros(b.type(v))) : v);
+  }
+  Value cabs1(Value z) { return b.add(b.abs(b.real(z)), b.abs(b.imag(z))); }
+  Value conj(Value z) { return b.complex(b.real(z), b.neg(b.imag(z))); }
+  Value cx(Value re) { return b.complex(re, b.zeros(b.type(re))); }
+  Value cvec(Value s) { return b.broadcast_in_dim(s, {n}, {}); }
 
   // Elements, rows and columns at runtime indices (in range).
   Value at(Value m, Value i, Value j) { return b.reshape(b.dynamic_slice(m, {i, j}, {1, 1}), {}); }
@@ -1257,8 +1277,8 @@ struct GeneralEig {
                 Value cv = col(A, i), rv = row(A, i);
                 Value in_blk = b.and_(le(vec(lo), ix), le(ix, vec(hi)));
                 Value zv = fv(0);
-                Value c = sqrt(sum_of(sel(in_blk, b.mul(cv, cv), zv)));
-                Value r = sqrt(sum_of(sel(in_blk, b.mul(rv, rv), zv)));
+                Value c = sqrt(sum_of(sel(in_blk, sq(cv), zv)));
+                Value r = sqrt(sum_of(sel(in_blk, sq(rv), zv)));
                 Value ca = max_of(sel(le(ix, vec(hi)), b.abs(cv), zv));
                 Value ra = max_of(sel(le(vec(lo), ix), b.abs(rv), zv));
                 Value skip = b.or_(eq(c, f(0)), eq(r, f(0)));
@@ -1299,9 +1319,9 @@ struct GeneralEig {
                                           b.compare(Cmp::GE, sci, b.div(f(sfmax1), fac))));
                 skip = b.or_(skip, b.not_(b.is_finite(fac)));
                 Value g = b.div(f(1), fac);
-                Value A2 = set_row(A, i, sel(le(vec(lo), ix), b.mul(rv, vec(g)), rv));
+                Value A2 = set_row(A, i, sel(le(vec(lo), ix), scale_by(rv, g), rv));
                 Value cv2 = col(A2, i);
-                A2 = set_col(A2, i, sel(le(ix, vec(hi)), b.mul(cv2, vec(fac)), cv2));
+                A2 = set_col(A2, i, sel(le(ix, vec(hi)), scale_by(cv2, fac), cv2));
                 A = sel(mat(skip), A, A2);
                 sc = sel(skip, sc, put_elem(sc, i, b.mul(sci, fac)));
                 return std::vector<Value>{A, sc, b.add(i, i64(1)), hi, lo, b.or_(t[5], b.not_(skip))};
@@ -1309,43 +1329,6 @@ struct GeneralEig {
           return std::vector<Value>{in[0], in[1], s[2], s[3], in[5], b.add(s[5], i64(1))};
         });
     return {out[0], out[1]};
-  }
-
-  // ---- gehrd / orghr ---------------------------------------------------------
-  // Householder reflectors for columns ilo..ihi-2; returns {H, Q}.
-  std::pair<Value, Value> hessenberg(Value a, Value ilo, Value ihi) {
-    Value q = eye(b, dt, {}, n, n);
-    auto out = b.while_loop(
-        {a, q, ilo, ihi},
-        [this](Builder&, const std::vector<Value>& s) {
-          return std::vector<Value>{lt(s[2], b.sub(s[3], i64(1)))};
-        },
-        [this](Builder&, const std::vector<Value>& s) {
-          Value H = s[0], Q = s[1], i = s[2], hi = s[3];
-          Value ix = idx();
-          Value x = col(H, i);
-          Value i1 = b.add(i, i64(1));
-          Value alpha = elem(x, i1);
-          Value tail = b.and_(le(vec(b.add(i, i64(2))), ix), le(ix, vec(hi)));
-          Value xnorm = sqrt(sum_of(sel(tail, b.mul(x, x), fv(0))));
-          Value zero = eq(xnorm, f(0));
-          Value beta = b.neg(sign(hypot(alpha, xnorm), alpha));
-          Value safe_beta = sel(zero, f(1), beta);
-          Value tau = sel(zero, f(0), b.div(b.sub(beta, alpha), safe_beta));
-          Value scal = sel(zero, f(0), b.div(f(1), sel(zero, f(1), b.sub(alpha, beta))));
-          Value v = sel(eq(ix, vec(i1)), fv(1), sel(tail, b.mul(x, vec(scal)), fv(0)));
-          Value tv = b.mul(v, vec(tau));
-          H = b.sub(H, outer(tv, vecmat(v, H)));
-          H = b.sub(H, outer(matvec(H, v), tv));
-          Q = b.sub(Q, outer(matvec(Q, v), tv));
-          Value cnew = col(H, i);
-          cnew = sel(eq(ix, vec(i1)), vec(sel(zero, alpha, beta)), sel(tail, fv(0), cnew));
-          H = set_col(H, i, cnew);
-          return std::vector<Value>{H, Q, i1, hi};
-        });
-    // Below the subdiagonal only rounding is left (and exact zeros outside ilo..ihi).
-    Value H = sel(le(rows(), b.add(cols(), b.full_int(1, DType::I64, {n, n}))), out[0], b.zeros(Type{dt, {n, n}}));
-    return {H, out[1]};
   }
 
   // ---- lanv2 -------------------------------------------------------------------
@@ -1647,7 +1630,17 @@ struct GeneralEig {
   // one's vector starts (1, i wi / T(e, e+1)) or (-wi / T(e+1, e), i),
   // whichever divides by the larger element. The second one's is its
   // conjugate.
+  // T complex (triangular) has no pairs: every x_e starts at 1.
   Value schur_eigenvectors(Value T, Value wr, Value wi) {
+    const bool pairs = !hlo::is_complex(b.dtype(T));
+    Value second = pairs ? lt(wi, fv(0)) : ne(idx(), idx());
+    if (!pairs) {
+      auto out = b.while_loop(
+          {T, b.convert(eye(b, dt, {}, n, n), ct), i64(n - 1), wr, wi, second},
+          [this](Builder&, const std::vector<Value>& s) { return std::vector<Value>{le(i64(0), s[2])}; },
+          [this](Builder&, const std::vector<Value>& s) { return back_substitute(s); });
+      return out[1];
+    }
     Value sub = diag_of(T, 1), sup = diag_of(T, -1);
     Value te1 = shifted(sup, 1), t1e = shifted(sub, 1);  // T(e, e+1), T(e+1, e)
     Value first = lt(fv(0), wi);
@@ -1661,7 +1654,7 @@ struct GeneralEig {
     Value X = sel(eq(r, c), across_cols(d0),
                   sel(eq(r, b.add(c, b.full_int(1, DType::I64, {n, n}))), across_cols(d1), b.zeros(Type{ct, {n, n}})));
     auto out = b.while_loop(
-        {T, X, i64(n - 1), wr, wi},
+        {T, X, i64(n - 1), wr, wi, second},
         [this](Builder&, const std::vector<Value>& s) { return std::vector<Value>{le(i64(0), s[2])}; },
         [this](Builder&, const std::vector<Value>& s) { return back_substitute(s); });
     X = out[1];
@@ -1669,51 +1662,48 @@ struct GeneralEig {
     Value Xt = mT(b, X);  // rows are vectors
     Value prev_rows = b.pad(b.slice(Xt, {0, 0}, {n - 1, n}), b.zeros(Type{ct, {}}), {1, 0}, {0, 0});
     Value conj_prev = b.complex(b.real(prev_rows), b.neg(b.imag(prev_rows)));
-    Xt = sel(down_rows(lt(wi, fv(0))), conj_prev, Xt);
+    Xt = sel(down_rows(second), conj_prev, Xt);
     return mT(b, Xt);
   }
 
   // One row (or 2x2 block of rows) j of the back substitution, for every
   // vector whose eigenvalue lies below it.
   std::vector<Value> back_substitute(const std::vector<Value>& s) {
-    Value T = s[0], X = s[1], j = s[2], wr = s[3], wi = s[4];
+    Value T = s[0], X = s[1], j = s[2], wr = s[3], wi = s[4], second = s[5];
     Value ix = idx();
     Value jm1 = max0(b.sub(j, i64(1)));
-    Value two = b.and_(lt(i64(0), j), ne(at(T, j, jm1), f(0)));
+    Value two = b.and_(lt(i64(0), j), ne(at(T, j, jm1), b.zeros(Type{b.dtype(T), {}})));
     Value sr = sel(two, jm1, j);
     Value n_ = b.full(static_cast<double>(n), dt, {});
     Value smlnum = b.mul(f(safmin), b.div(n_, f(ulp)));
     Value lam = b.complex(wr, wi);
     Value smin = b.max(b.mul(fv(ulp), b.add(b.abs(wr), b.abs(wi))), vec(smlnum));
-    Value zc = b.zeros(Type{dt, {n}});
-    auto cx = [&](Value re) { return b.complex(re, b.zeros(b.type(re))); };
-    Value Tc = cx(T);
+    Value Tc = hlo::is_complex(b.dtype(T)) ? T : cx(T);
     Value rj = vecmat(row(Tc, j), X), rs = vecmat(row(Tc, sr), X);
     Value tjj = vec(at(Tc, j, j)), tss = vec(at(Tc, sr, sr));
     Value tsj = vec(at(Tc, sr, j)), tjs = vec(at(Tc, j, sr));
-    auto l1 = [&](Value z) { return b.add(b.abs(b.real(z)), b.abs(b.imag(z))); };
     // 1x1: (T(j,j) - lambda) x_j = -r_j, the pivot at least smin.
     Value dj = b.sub(tjj, lam);
-    dj = sel(lt(l1(dj), smin), cx(smin), dj);
+    dj = sel(lt(cabs1(dj), smin), cx(smin), dj);
     Value x1 = b.neg(b.div(rj, dj));
     // 2x2 by Cramer's rule.
     Value a = b.sub(tss, lam), dd = b.sub(tjj, lam);
     Value det = b.sub(b.mul(a, dd), b.mul(tsj, tjs));
-    det = sel(lt(l1(det), b.mul(smin, smin)), cx(b.mul(smin, smin)), det);
+    det = sel(lt(cabs1(det), b.mul(smin, smin)), cx(b.mul(smin, smin)), det);
     Value xs2 = b.div(b.add(b.neg(b.mul(dd, rs)), b.mul(tsj, rj)), det);
     Value xj2 = b.div(b.sub(b.mul(tjs, rs), b.mul(a, rj)), det);
-    Value solve = b.and_(lt(vec(j), ix), b.not_(lt(wi, zc)));
+    Value solve = b.and_(lt(vec(j), ix), b.not_(second));
     Value newj = sel(vec(two), xj2, x1);
     Value rowj = sel(solve, newj, row(X, j));
     X = set_row(X, j, rowj);
     Value rows_ = sel(solve, xs2, row(X, sr));
     X = sel(mat(two), set_row(X, sr, rows_), X);
     // Keep the vectors' scale bounded (trevc rescales too).
-    Value mag = b.reduce(l1(X), b.zeros(Type{dt, {}}), {0}, "stablehlo.maximum");
+    Value mag = b.reduce(cabs1(X), b.zeros(Type{dt, {}}), {0}, "stablehlo.maximum");
     Value big = b.compare(Cmp::GT, mag, fv(1 / (ulp * ulp)));
     Value scale = sel(big, b.div(fv(1), mag), fv(1));
     X = b.mul(X, across_cols(cx(scale)));
-    return {T, X, b.sub(sr, i64(1)), wr, wi};
+    return {T, X, b.sub(sr, i64(1)), wr, wi, second};
   }
 
   // ---- gebak and geev's normalization --------------------------------------------
@@ -1789,21 +1779,284 @@ struct GeneralEig {
     return mT(b, Vt);
   }
 
-  // One matrix: {eigenvalues [n] complex, eigenvectors [n, n] complex (or
-  // none), failed}.
+  // ---- the complex path (zgeev: zgehrd, zlahqr, ztrevc) ---------------------------
+  // The type of `like` for x: a real x as complex where `like` is complex.
+  Value lift(Value x, Value like) {
+    return hlo::is_complex(b.dtype(like)) && !hlo::is_complex(b.dtype(x)) ? cx(x) : x;
+  }
+  Value conj_if(Value z) { return hlo::is_complex(b.dtype(z)) ? conj(z) : z; }
+
+  // larfg(alpha, x) for real or complex alpha: {beta (real, in alpha's
+  // type), tau, the scale for x}; tau = 0 (and x kept) when there is nothing
+  // to annihilate.
+  std::vector<Value> larfg(Value alpha, Value xnorm) {
+    const Type t = b.type(alpha);
+    Value ar = b.real(alpha), ai = b.imag(alpha);
+    Value zero = b.and_(eq(xnorm, f(0)), eq(ai, f(0)));
+    Value beta = b.neg(sign(hypot(hypot(ar, ai), xnorm), ar));
+    Value sb = sel(zero, f(1), beta);
+    Value tr = b.div(b.sub(beta, ar), sb);
+    Value tau = sel(zero, b.zeros(t), hlo::is_complex(t.dtype) ? b.complex(tr, b.neg(b.div(ai, sb))) : tr);
+    Value one = b.constant(1, t.dtype);
+    Value scal = sel(zero, one, b.div(one, sel(zero, one, b.sub(alpha, lift(beta, alpha)))));
+    return {sel(zero, alpha, lift(beta, alpha)), tau, scal};
+  }
+
+  // ---- gehrd / orghr ---------------------------------------------------------
+  // A := H^H A H with H = I - tau v v^H for columns ilo..ihi-1 (for complex
+  // A the last one only makes its subdiagonal element real); returns {H, Q}.
+  std::pair<Value, Value> hessenberg(Value a, Value ilo, Value ihi) {
+    const DType mt = b.dtype(a);
+    Value q = b.convert(eye(b, dt, {}, n, n), mt);
+    auto out = b.while_loop(
+        {a, q, ilo, ihi},
+        [this](Builder&, const std::vector<Value>& s) { return std::vector<Value>{lt(s[2], s[3])}; },
+        [this, mt](Builder&, const std::vector<Value>& s) {
+          Value H = s[0], Q = s[1], i = s[2], hi = s[3];
+          Value ix = idx();
+          Value x = col(H, i);
+          Value i1 = b.add(i, i64(1));
+          Value alpha = elem(x, i1);
+          Value tail = b.and_(le(vec(b.add(i, i64(2))), ix), le(ix, vec(hi)));
+          Value xnorm = sqrt(sum_of(sel(tail, sq(x), fv(0))));
+          auto g = larfg(alpha, xnorm);
+          Value zc = b.zeros(Type{mt, {n}});
+          Value v = sel(eq(ix, vec(i1)), b.full(1, mt, {n}), sel(tail, b.mul(x, cvec(g[2])), zc));
+          Value vh = conj_if(v);
+          // From the left with conj(tau), from the right with tau.
+          H = b.sub(H, outer(b.mul(v, cvec(conj_if(g[1]))), vecmat(vh, H)));
+          H = b.sub(H, outer(matvec(H, v), b.mul(vh, cvec(g[1]))));
+          Q = b.sub(Q, outer(matvec(Q, v), b.mul(vh, cvec(g[1]))));
+          Value cnew = col(H, i);
+          cnew = sel(eq(ix, vec(i1)), cvec(g[0]), sel(tail, zc, cnew));
+          H = set_col(H, i, cnew);
+          return std::vector<Value>{H, Q, i1, hi};
+        });
+    // Below the subdiagonal only rounding is left (and exact zeros outside ilo..ihi).
+    Value H = sel(le(rows(), b.add(cols(), b.full_int(1, DType::I64, {n, n}))), out[0], b.zeros(Type{mt, {n, n}}));
+    return {H, out[1]};
+  }
+
+  // Returns {T, Z, w, failed}.
+  std::vector<Value> complex_schur(Value h, Value z, Value ilo, Value ihi) {
+    Value w = diag_of(h, 0);
+    auto out = b.while_loop(
+        {h, z, w, w, ihi, ilo, i64(0), i64(0), b.constant_bool(false), ilo, ihi},
+        [this](Builder&, const std::vector<Value>& s) {
+          return std::vector<Value>{b.and_(le(s[kLo], s[kI]), b.not_(s[kFail]))};
+        },
+        [this](Builder&, const std::vector<Value>& s) { return zqr_step(s); });
+    return {out[kH], out[kZ], out[kWr], out[kFail]};
+  }
+
+  std::vector<Value> zqr_step(const std::vector<Value>& s) {
+    Value H = s[kH], Z = s[kZ], w = s[kWr], i = s[kI], l = s[kL];
+    Value lo = s[kLo], hi = s[kHi];
+    Value ix = idx();
+    Value nh = b.convert(b.add(b.sub(hi, lo), i64(1)), dt);
+    Value smlnum = b.mul(f(safmin), b.div(nh, f(ulp)));
+    {
+      Value d = diag_of(H, 0), sub = diag_of(H, 1), sup = diag_of(H, -1);
+      Value hk = cabs1(sub), dprev = shifted(d, -1);
+      Value tst = b.add(cabs1(dprev), cabs1(d));
+      Value extra = b.add(sel(le(vec(lo), b.sub(ix, b.full_int(2, DType::I64, {n}))), b.abs(b.real(shifted(sub, -1))), fv(0)),
+                          sel(le(b.add(ix, b.full_int(1, DType::I64, {n})), vec(hi)), b.abs(b.real(shifted(sub, 1))), fv(0)));
+      tst = sel(eq(tst, fv(0)), b.add(tst, extra), tst);
+      Value ab = b.max(hk, cabs1(sup)), ba = b.min(hk, cabs1(sup));
+      Value dd = cabs1(b.sub(dprev, d));
+      Value aa = b.max(cabs1(d), dd), bb = b.min(cabs1(d), dd);
+      Value ss = b.add(aa, ab);
+      Value safe_ss = sel(eq(ss, fv(0)), fv(1), ss);
+      Value small = b.and_(le(b.abs(b.real(sub)), b.mul(fv(ulp), tst)),
+                           le(b.mul(ba, b.div(ab, safe_ss)),
+                              b.max(vec(smlnum), b.mul(fv(ulp), b.mul(bb, b.div(aa, safe_ss))))));
+      Value ok = b.or_(le(hk, vec(smlnum)), small);
+      ok = b.and_(ok, b.and_(lt(vec(l), ix), le(ix, vec(i))));
+      l = b.max(max_of(sel(ok, ix, b.full_int(-1, DType::I64, {n}))), l);
+    }
+    Value czero = b.zeros(Type{ct, {}});
+    {
+      Value lm1 = max0(b.sub(l, i64(1)));
+      H = put(H, l, lm1, sel(lt(lo, l), czero, at(H, l, lm1)));
+    }
+    Value deflate = le(i, l);
+    w = sel(deflate, put_elem(w, i, at(H, i, i)), w);
+    Value im1 = max0(b.sub(i, i64(1)));
+    Value kdefl = b.add(s[kDefl], i64(1));
+    // The shift.
+    Value t;
+    {
+      Value exc_i = eq(b.rem(kdefl, i64(20)), i64(0));
+      Value exc_l = b.and_(b.not_(exc_i), eq(b.rem(kdefl, i64(10)), i64(0)));
+      Value l1 = b.min(b.add(l, i64(1)), i64(n - 1));
+      Value ei = b.add(cx(b.mul(f(0.75), b.abs(b.real(at(H, i, im1))))), at(H, i, i));
+      Value el = b.add(cx(b.mul(f(0.75), b.abs(b.real(at(H, l1, l))))), at(H, l, l));
+      // Wilkinson's.
+      Value tw = at(H, i, i);
+      Value u = b.mul(sqrt(at(H, im1, i)), sqrt(at(H, i, im1)));
+      Value su = cabs1(u);
+      Value x = b.mul(b.constant(0.5, ct), b.sub(at(H, im1, im1), tw));
+      Value sx = cabs1(x);
+      Value sm = b.max(su, sx);
+      Value safe_sm = cx(sel(eq(sm, f(0)), f(1), sm));
+      Value xs = b.div(x, safe_sm), us = b.div(u, safe_sm);
+      Value y = b.mul(safe_sm, sqrt(b.add(b.mul(xs, xs), b.mul(us, us))));
+      Value xsx = b.div(x, cx(sel(eq(sx, f(0)), f(1), sx)));
+      Value flip = b.and_(lt(f(0), sx), lt(b.add(b.mul(b.real(xsx), b.real(y)), b.mul(b.imag(xsx), b.imag(y))), f(0)));
+      y = sel(flip, b.neg(y), y);
+      Value xy = b.add(x, y);
+      Value wil = sel(eq(su, f(0)), tw, b.sub(tw, b.mul(u, b.div(u, sel(eq(xy, czero), b.constant(1, ct), xy)))));
+      t = sel(exc_i, ei, sel(exc_l, el, wil));
+    }
+    // Where to start: the last m in (l, i-1] where H(m, m-1) is negligible
+    // with the bulge's first column, else l.
+    Value m, v1, v2;
+    {
+      Value d = diag_of(H, 0), sub = diag_of(H, 1);
+      Value dup = shifted(d, 1);
+      Value h11s = b.sub(d, cvec(t));
+      Value h21 = b.real(shifted(sub, 1));
+      Value ss = b.add(cabs1(h11s), b.abs(h21));
+      ss = sel(eq(ss, fv(0)), fv(1), ss);
+      h11s = b.div(h11s, cx(ss));
+      h21 = b.div(h21, ss);
+      Value test = le(b.mul(b.abs(b.real(sub)), b.abs(h21)), b.mul(fv(ulp), b.mul(cabs1(h11s), b.add(cabs1(d), cabs1(dup)))));
+      Value okm = b.and_(b.or_(eq(ix, vec(l)), test), b.and_(le(vec(l), ix), le(ix, vec(im1))));
+      m = b.min(b.max(max_of(sel(okm, ix, b.full_int(-1, DType::I64, {n}))), l), i64(n - 1));
+      v1 = elem(h11s, m);
+      v2 = cx(elem(h21, m));
+    }
+    Value kstart = sel(deflate, i, m);
+    auto sweep = b.while_loop(
+        {H, Z, kstart, v1, v2, m, l, i},
+        [this](Builder&, const std::vector<Value>& u) { return std::vector<Value>{lt(u[2], u[7])}; },
+        [this](Builder&, const std::vector<Value>& u) { return zchase(u); });
+    H = sweep[0];
+    Z = sweep[1];
+    // Make H(i, i-1) real.
+    {
+      Value tmp = at(H, i, im1);
+      Value fix = b.and_(b.not_(deflate), ne(b.imag(tmp), f(0)));
+      Value rt = b.abs(tmp);
+      Value ph = b.div(tmp, cx(sel(eq(rt, f(0)), f(1), rt)));
+      Value H2 = put(H, i, im1, cx(rt));
+      Value r = row(H2, i);
+      H2 = set_row(H2, i, sel(lt(vec(i), ix), b.mul(r, cvec(conj(ph))), r));
+      Value c = col(H2, i);
+      H2 = set_col(H2, i, sel(lt(ix, vec(i)), b.mul(c, cvec(ph)), c));
+      Value Z2 = set_col(Z, i, b.mul(col(Z, i), cvec(ph)));
+      H = sel(fix, H2, H);
+      Z = sel(fix, Z2, Z);
+    }
+    Value its = b.add(s[kIts], i64(1));
+    Value itmax = b.mul(i64(30), b.max(i64(10), b.add(b.sub(hi, lo), i64(1))));
+    Value fail = b.and_(b.not_(deflate), lt(itmax, its));
+    return {H, Z, w, s[kWi], sel(deflate, b.sub(l, i64(1)), i), sel(deflate, lo, l),
+            sel(deflate, i64(0), kdefl), sel(deflate, i64(0), its), fail, lo, hi};
+  }
+
+  // One 2-element reflector of the single-shift bulge chase (zlahqr's loop 120).
+  std::vector<Value> zchase(const std::vector<Value>& u) {
+    Value H = u[0], Z = u[1], k = u[2], v1 = u[3], v2 = u[4], m = u[5], l = u[6], i = u[7];
+    Value ix = idx();
+    Value km1 = max0(b.sub(k, i64(1)));
+    Value k1 = b.add(k, i64(1));
+    Value after = lt(m, k);
+    Value czero = b.zeros(Type{ct, {}});
+    {
+      Value padded = b.pad(col(H, km1), czero, {0}, {1});
+      Value w = b.dynamic_slice(padded, {k}, {2});
+      v1 = sel(after, b.reshape(b.slice(w, {0}, {1}), {}), v1);
+      v2 = sel(after, b.reshape(b.slice(w, {1}, {2}), {}), v2);
+    }
+    auto g = larfg(v1, b.abs(v2));
+    Value t1 = g[1];
+    Value x2 = b.mul(v2, g[2]);
+    {
+      Value c = col(H, km1);
+      Value cn = sel(b.and_(vec(after), eq(ix, vec(k))), cvec(g[0]), c);
+      cn = sel(b.and_(vec(after), eq(ix, vec(k1))), b.zeros(Type{ct, {n}}), cn);
+      H = set_col(H, km1, cn);
+    }
+    Value t2 = cx(b.real(b.mul(t1, x2)));
+    // Rows k, k+1 from the left (columns k..), columns k, k+1 from the right
+    // (rows ..min(k+2, i)), and Z.
+    Value zc = b.zeros(Type{ct, {n}});
+    Value ek = sel(eq(ix, vec(k)), b.full(1, ct, {n}), zc);
+    Value ek1 = sel(eq(ix, vec(k1)), b.full(1, ct, {n}), zc);
+    Value lw = b.add(b.mul(cvec(conj(t1)), row(H, k)), b.mul(cvec(t2), row(H, k1)));  // sum per column
+    Value left = b.sub(H, b.add(outer(ek, lw), outer(b.mul(ek1, cvec(x2)), lw)));
+    H = sel(le(mat(k), cols()), left, H);
+    Value top = b.min(b.add(k, i64(2)), i);
+    Value rw = b.add(b.mul(cvec(t1), col(H, k)), b.mul(cvec(t2), col(H, k1)));  // sum per row
+    Value right = b.sub(H, b.add(outer(rw, ek), outer(rw, b.mul(ek1, cvec(conj(x2))))));
+    H = sel(le(rows(), mat(top)), right, H);
+    Value zw = b.add(b.mul(cvec(t1), col(Z, k)), b.mul(cvec(t2), col(Z, k1)));
+    Z = b.sub(Z, b.add(outer(zw, ek), outer(zw, b.mul(ek1, cvec(conj(x2))))));
+    // A sweep started at m > l rescales to keep H(m, m-1) real.
+    {
+      Value fix = b.and_(eq(k, m), lt(l, m));
+      Value tmp = b.sub(b.constant(1, ct), t1);
+      Value at_ = b.abs(tmp);
+      tmp = b.div(tmp, cx(sel(eq(at_, f(0)), f(1), at_)));
+      Value m1 = b.add(m, i64(1)), m2 = b.add(m, i64(2));
+      Value r = rows(), c = cols();
+      Value in_set = b.and_(b.and_(le(vec(m), ix), le(ix, vec(i))), ne(ix, vec(m1)));
+      Value row_scale = b.and_(down_rows(in_set), lt(r, c));    // H(j, j+1..) *= tmp
+      Value col_scale = b.and_(across_cols(in_set), lt(r, c));  // H(..j-1, j) *= conj(tmp)
+      Value one = b.full(1, ct, {n, n});
+      Value fac = b.mul(sel(row_scale, b.broadcast_in_dim(tmp, {n, n}, {}), one),
+                        sel(col_scale, b.broadcast_in_dim(conj(tmp), {n, n}, {}), one));
+      fac = sel(b.and_(eq(r, mat(m1)), eq(c, mat(m))), b.broadcast_in_dim(conj(tmp), {n, n}, {}), fac);
+      fac = sel(b.and_(b.and_(eq(r, mat(m2)), eq(c, mat(m1))), mat(le(m2, i))), b.broadcast_in_dim(tmp, {n, n}, {}), fac);
+      Value zfac = sel(across_cols(in_set), b.broadcast_in_dim(conj(tmp), {n, n}, {}), one);
+      H = sel(fix, b.mul(H, fac), H);
+      Z = sel(fix, b.mul(Z, zfac), Z);
+    }
+    return {H, Z, k1, v1, v2, m, l, i};
+  }
+
+  // zgeev's normalization: unit norm, then the largest component (the first
+  // of them) made real and positive.
+  Value normalize_c(Value V) {
+    Value mag2 = sq(V);
+    Value nrm = sqrt(b.reduce(mag2, b.zeros(Type{dt, {}}), {0}, "stablehlo.add"));
+    nrm = sel(eq(nrm, fv(0)), fv(1), nrm);
+    V = b.div(V, across_cols(cx(nrm)));
+    mag2 = sq(V);
+    Value mx = b.reduce(mag2, b.lowest(dt), {0}, "stablehlo.maximum");
+    Value r = rows();
+    Value kk = b.reduce(sel(eq(mag2, across_cols(mx)), r, b.full_int(n, DType::I64, {n, n})), b.highest(DType::I64), {0},
+                        "stablehlo.minimum");
+    Value hit = eq(r, across_cols(kk));
+    Value vk = b.reduce(sel(hit, V, b.zeros(Type{ct, {n, n}})), b.zeros(Type{ct, {}}), {0}, "stablehlo.add");
+    Value ak = sqrt(sq(vk));
+    Value ph = b.div(conj(vk), cx(sel(eq(ak, fv(0)), fv(1), ak)));
+    V = b.mul(V, across_cols(ph));
+    return sel(hit, cx(b.real(V)), V);
+  }
+
+  // One matrix, real or complex: {eigenvalues [n] complex, eigenvectors
+  // [n, n] complex (or none), failed}.
   std::vector<Value> run(Value a, bool vectors) {
+    const bool complex_in = hlo::is_complex(b.dtype(a));
     auto p = balance_permute(a);
     auto sc = balance_scale(p[0], p[1], p[2], p[3]);
     Value ilo = p[2], ihi = p[3];
     auto [H, Q] = hessenberg(sc[0], ilo, ihi);
-    auto schur = real_schur(H, Q, ilo, ihi);
-    Value w = b.complex(schur[2], schur[3]);
-    if (!vectors) return {w, Value{}, schur[4]};
-    Value X = schur_eigenvectors(schur[0], schur[2], schur[3]);
-    Value Zc = b.complex(schur[1], b.zeros(Type{dt, {n, n}}));
-    Value V = b.dot_general(Zc, X, {}, {}, {1}, {0}, ct, true);
+    Value T, Z, wr, wi, failed;
+    if (complex_in) {
+      auto schur = complex_schur(H, Q, ilo, ihi);
+      T = schur[0], Z = schur[1], wr = b.real(schur[2]), wi = b.imag(schur[2]), failed = schur[3];
+    } else {
+      auto schur = real_schur(H, Q, ilo, ihi);
+      T = schur[0], Z = cx(schur[1]), wr = schur[2], wi = schur[3], failed = schur[4];
+    }
+    Value w = b.complex(wr, wi);
+    if (!vectors) return {w, Value{}, failed};
+    Value V = b.dot_general(Z, schur_eigenvectors(T, wr, wi), {}, {}, {1}, {0}, ct, true);
     V = back_transform(V, sc[1], ilo, ihi);
-    return {w, normalize(V, schur[3]), schur[4]};
+    return {w, complex_in ? normalize_c(V) : normalize(V, wi), failed};
   }
 };
 
@@ -1813,23 +2066,25 @@ struct GeneralEig {
 std::vector<Value> general_eig(Context& c, bool vectors) {
   Builder& b = c.b;
   const char* api = vectors ? "linalg.eig" : "linalg.eigvals";
-  Value a = matrix_arg(c, 0, api, true);
+  Value a = matrix_arg(c, 0, api, true, true);
   const Dims d = b.dims(a);
   const int64_t r = static_cast<int64_t>(d.size());
   const int64_t n = d[r - 1];
   const Dims batch = batch_of(d);
-  const DType dt = b.dtype(a);
+  const bool complex_in = hlo::is_complex(b.dtype(a));
+  const DType dt = hlo::real_type(b.dtype(a));
   const DType ct = dt == DType::F32 ? DType::C64 : DType::C128;
   int64_t nb = 1;
   for (int64_t s : batch) nb *= s;
   const Dims wd = cat(batch, {n});
   if (nb == 0 || n == 0) return {b.zeros(Type{ct, wd}), b.zeros(Type{ct, d})};
-  Value finite = b.reduce(b.is_finite(a), b.constant_bool(true), seq(0, r), "stablehlo.and");
+  Value fin = complex_in ? b.and_(b.is_finite(b.real(a)), b.is_finite(b.imag(a))) : b.is_finite(a);
+  Value finite = b.reduce(fin, b.constant_bool(true), seq(0, r), "stablehlo.and");
   c.args.check(finite, std::string(exec::kRuntimeErrorCheck) + "torch." + api +
                            ": input tensor should not contain infs or NaNs.");
   Value flat = b.reshape(a, {nb, n, n});
   // Non-finite input would not converge: run on zeros instead.
-  flat = b.select(b.broadcast_in_dim(finite, {nb, n, n}, {}), flat, b.zeros(Type{dt, {nb, n, n}}));
+  flat = b.select(finite, flat, b.zeros(b.type(flat)));
   auto out = b.while_loop(
       {flat, b.zeros(Type{ct, {nb, n}}), b.zeros(Type{ct, {nb, n, n}}), b.constant_bool(false),
        b.constant_int(0, DType::I64)},

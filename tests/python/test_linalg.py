@@ -224,8 +224,8 @@ def _eig_residual(a, w, v):
     return (a.to(v.dtype) @ v - v * w.unsqueeze(-2)).abs().amax().item()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 6, 6), (1, 1), (2, 2), (0, 3, 3), (0, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 6, 6), (1, 1), (0, 3, 3)], ids=str)
 def test_eig_is_a_decomposition_with_cpu_conventions(shape, dtype):
     a = rand(*shape, seed=21, dtype=dtype)
     w, v = torch.linalg.eig(a.to("tpu"))
@@ -239,7 +239,15 @@ def test_eig_is_a_decomposition_with_cpu_conventions(shape, dtype):
         return
     eps = torch.finfo(dtype).eps
     assert _eig_residual(a, w, v) < 200 * eps * max(1.0, a.abs().max().item())
-    close(torch.linalg.vector_norm(v, dim=-2), torch.ones(w.shape, dtype=dtype))
+    close(torch.linalg.vector_norm(v, dim=-2), torch.ones(w.shape, dtype=w.real.dtype))
+    if dtype.is_complex:
+        # zgeev: each vector's largest component is real and positive; the
+        # order and the vectors are CPU's.
+        top = v.gather(-2, v.abs().argmax(-2, keepdim=True))
+        assert (top.imag == 0).all() and (top.real > 0).all()
+        torch.testing.assert_close(w, cw, rtol=1e-4 if dtype == torch.complex64 else 1e-9, atol=1e-5)
+        torch.testing.assert_close(v, cv, rtol=1e-3 if dtype == torch.complex64 else 1e-8, atol=1e-4)
+        return
     # Conjugate pairs are adjacent, the positive imaginary part first; a
     # pair's largest component is real; real eigenvalues have real vectors
     # and a +0 imaginary part.
@@ -332,10 +340,13 @@ def test_complex_solve_and_inverse(dtype):
     close(torch.linalg.inv(a.to("tpu")), torch.linalg.inv(a), **tol)
 
 
-def test_eig_gradients_match_cpu():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_eig_gradients_match_cpu(dtype):
     """linalg_eig's backward solves with the (complex) eigenvectors; a loss
     that does not depend on the vectors' phases has CPU's gradient."""
-    a = rand(5, 5, seed=28, dtype=torch.float64)
+    a = rand(5, 5, seed=28, dtype=torch.float64).to(dtype)
+    if dtype.is_complex:
+        a = a + 1j * rand(5, 5, seed=29, dtype=torch.float64)
     grads = []
     for dev in ("cpu", "tpu"):
         x = a.to(dev).requires_grad_()
