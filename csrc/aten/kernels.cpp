@@ -9,6 +9,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/util/strides.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -427,16 +428,41 @@ std::optional<at::Tensor> roll_layout(const Entry& e, const std::vector<c10::IVa
   return at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()).device(at::kMeta).memory_format(format));
 }
 
-// linalg_eig's eigenvectors as LAPACK writes them, column-major per matrix
-// (the meta kernel's are contiguous).
-void eig_layout(const Entry& e, std::vector<at::Tensor>& meta) {
-  if (e.functional != "aten::linalg_eig" || meta.size() != 2 || meta[1].dim() < 2) return;
-  const at::Tensor& v = meta[1];
-  std::vector<int64_t> strides = v.strides().vec();
-  const int64_t r = v.dim(), n = v.size(r - 1);
-  strides[r - 2] = 1;
-  strides[r - 1] = std::max<int64_t>(n, 1);
-  meta[1] = at::empty_strided(v.sizes(), strides, v.options());
+// Results whose CPU kernels lay them out otherwise than their meta kernels:
+//  - linalg_eig's eigenvectors: column-major per matrix, as LAPACK writes
+//    them (the meta kernel's are contiguous);
+//  - normal of tensor means or stds: contiguous (the meta kernel follows the
+//    operands' layout);
+//  - batch norm's output: in its input's suggested memory format, which is
+//    channels-last or contiguous (the meta kernel keeps any permutation);
+//  - a 1-d convolution's output: CPU convolves a contiguous input viewed as
+//    2-d, so the output is channels-last exactly when the weight viewed as
+//    2-d is (the meta kernel follows the input).
+void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, std::vector<at::Tensor>& meta) {
+  if (meta.empty() || !meta[0].defined()) return;
+  const std::string& f = e.functional;
+  auto contiguous_like = [](const at::Tensor& m, at::MemoryFormat format) {
+    return at::empty(m.sizes(), m.options().memory_format(format));
+  };
+  if (f == "aten::linalg_eig" && meta.size() == 2 && meta[1].dim() >= 2) {
+    const at::Tensor& v = meta[1];
+    std::vector<int64_t> strides = v.strides().vec();
+    const int64_t r = v.dim();
+    strides[r - 2] = 1;
+    strides[r - 1] = std::max<int64_t>(v.size(r - 1), 1);
+    meta[1] = at::empty_strided(v.sizes(), strides, v.options());
+  } else if (f == "aten::normal.Tensor_Tensor" || f == "aten::normal.Tensor_float" || f == "aten::normal.float_Tensor") {
+    meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
+  } else if ((f == "aten::native_batch_norm" || f.rfind("aten::_native_batch_norm_legit", 0) == 0) && !args.empty() &&
+             args[0].isTensor()) {
+    meta[0] = contiguous_like(meta[0], args[0].toTensor().suggest_memory_format());
+  } else if ((f == "aten::convolution" || f == "aten::convolution_overrideable") && meta[0].dim() == 3 &&
+             args.size() > 1 && args[1].isTensor() && args[1].toTensor().dim() == 3) {
+    const bool cl = args[1].toTensor().unsqueeze(2).suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+    const at::Tensor& m = meta[0];
+    meta[0] = cl ? at::empty_strided(m.sizes(), {m.size(1) * m.size(2), 1, m.size(1)}, m.options())
+                 : contiguous_like(m, at::MemoryFormat::Contiguous);
+  }
 }
 
 // Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
@@ -458,11 +484,13 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
     if (std::optional<at::Tensor> m = iterator_layout(op, e, args)) (*meta)[0] = *m;
     if (std::optional<at::Tensor> m = roll_layout(e, args)) (*meta)[0] = *m;
   }
-  eig_layout(e, *meta);
+  cpu_kernel_layouts(e, args, *meta);
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& m = (*meta)[i];
-    if (!outputs[i].valid() || !m.defined() || m.dim() < 2 || m.is_contiguous()) continue;
+    if (!outputs[i].valid() || !m.defined() || m.dim() < 2) continue;
+    // (An empty tensor is "contiguous" whatever its strides: compare them.)
+    if (m.numel() ? m.is_contiguous() : m.strides() == c10::IntArrayRef(c10::contiguous_strides(m.sizes()))) continue;
     if (m.sizes().vec() != b.dims(outputs[i])) continue;  // validate_once reports it
     std::optional<std::vector<int64_t>> order = memory_order(m.sizes(), m.strides());
     if (!order) continue;

@@ -106,9 +106,11 @@ sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 // The meta kernel of torch_tpu::_sdpa_forward (shapes for torch.compile's
 // tracing, and the layout the eager kernel gives its output): the output
-// in the query's memory order, as PyTorch's meta kernel of the overrideable
-// attention allocates it, so `out.transpose(1, 2).view(B, T, C)` works as on
-// other devices; the logsumexp contiguous, in the compute type.
+// in the query's memory order of its leading dims, the feature dim
+// innermost, as CPU's attention lays it out (so `out.transpose(1, 2).view(B,
+// T, C)` works as on other devices, and a query with transposed last dims
+// still gives a result dense in its features); the logsumexp contiguous, in
+// the compute type.
 std::tuple<at::Tensor, at::Tensor> sdpa_forward_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                      const std::optional<at::Tensor>& bias, bool is_causal,
                                                      std::optional<double> scale) {
@@ -117,7 +119,7 @@ std::tuple<at::Tensor, at::Tensor> sdpa_forward_meta(const at::Tensor& q, const 
   shape.back() = v.size(-1);
   std::vector<int64_t> order(shape.size());
   for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
+  std::stable_sort(order.begin(), order.end() - 1, [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
   std::vector<int64_t> strides(shape.size());
   int64_t running = 1;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {

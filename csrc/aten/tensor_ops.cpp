@@ -157,7 +157,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   auto* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
+  // As on CPU, a resize to the same sizes keeps the strides (resize_as_ of
+  // a transposed tensor stays transposed); a memory format restrides.
+  if (self.sizes() != size) impl->set_sizes_contiguous(size);
   if (memory_format) impl->empty_tensor_restride(*memory_format);
   const size_t needed = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
                                                          self.element_size(), self.storage_offset());

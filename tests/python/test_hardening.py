@@ -318,6 +318,46 @@ def test_roll_is_laid_out_as_on_cpu(name, roll):
     assert_same(got, want)
 
 
+def _t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _lt(t):  # the same values, the last two dims swapped in memory
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+_KERNEL_LAYOUTS = {
+    # CPU's kernels lay these out otherwise than PyTorch's meta kernels.
+    "conv1d_weight_channels_last": lambda x: torch.nn.functional.conv1d(x(_t(2, 4, 9)), _lt(x(_t(5, 4, 3)))),
+    "conv1d_input_channels_last": lambda x: torch.nn.functional.conv1d(_lt(x(_t(2, 4, 9))), x(_t(5, 4, 3))),
+    "conv_transpose1d": lambda x: torch.nn.functional.conv_transpose1d(x(_t(2, 4, 9)), _lt(x(_t(4, 5, 3))), stride=2),
+    "batch_norm_3d": lambda x: torch.nn.functional.batch_norm(_lt(x(_t(3, 4, 5))), None, None, training=True),
+    "batch_norm_channels_last": lambda x: torch.nn.functional.batch_norm(
+        x(_t(2, 4, 3, 3)).to(memory_format=torch.channels_last), None, None, training=True),
+    "normal_tensors": lambda x: torch.normal(_lt(x(_t(3, 4, 2))), _lt(x(_t(3, 4, 2))).abs()) * 0,
+    "sdpa_3d_transposed": lambda x: torch.nn.functional.scaled_dot_product_attention(
+        _lt(x(_t(4, 3, 8))), _lt(x(_t(4, 6, 8, seed=1))), _lt(x(_t(4, 6, 8, seed=2)))),
+    "sdpa_heads_second": lambda x: torch.nn.functional.scaled_dot_product_attention(
+        *(x(_t(2, 6, 4, 8, seed=s)).transpose(1, 2) for s in range(3))),
+    "resize_as_same_shape": lambda x: _lt(x(_t(5, 5, 5))).resize_as_(x(_t(5, 5, 5))),
+    "solve_empty_batch": lambda x: torch.linalg.solve(x(torch.eye(5).expand(0, 5, 5)), x(torch.ones(0, 5, 3))),
+    "eig_vectors": lambda x: torch.linalg.eig(x(_t(2, 4, 4)))[1].abs(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_KERNEL_LAYOUTS))
+def test_kernel_layouts_are_cpus(name):
+    """Results whose CPU kernels' layouts differ from the meta kernels'
+    (a sweep of OpInfo samples with transposed inputs found them): 1-d
+    convolutions follow the weight, batch norm the input's suggested format,
+    normal of tensors and 3-d attention are contiguous, resize_as_ to the
+    same shape keeps strides, empty batches of solves are column-major."""
+    fn = _KERNEL_LAYOUTS[name]
+    want, got = fn(lambda t: t), fn(lambda t: t.to("tpu"))
+    assert got.stride() == want.stride(), (got.stride(), want.stride())
+    assert_same(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("x", [0.0, 1.0, [1.0, 1.0, 0.0], [0.0, 0.0], "zeros23", "eye2", [[1.0, 0.0, 0.0]], "zeros03"],
                          ids=str)
 def test_nonzero_is_laid_out_column_by_column_as_on_cpu(x):
