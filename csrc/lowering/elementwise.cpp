@@ -223,6 +223,14 @@ std::vector<Value> lower_pow(Context& c) {
   Promoted p = promote2(c, 0, 1, true);
   Builder& b = c.b;
   if (p.compute == at::kBool) return one(b.or_(p.a, b.not_(p.b)));  // x^0 = 1, x^1 = x
+  // CPU computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (but in float16):
+  // NaN for -inf (pow gives inf and 0) and -0 -> -0, -inf.
+  if (c.op == "aten::pow.Tensor_Scalar" && c10::isFloatingType(p.type) && p.type != at::kHalf) {
+    const c10::Scalar e = c.args.scalar(1);
+    if (!e.isComplex() && (e.toDouble() == 0.5 || e.toDouble() == -0.5)) {
+      return one(cast(b, b.unary(e.toDouble() > 0 ? "stablehlo.sqrt" : "stablehlo.rsqrt", p.a), p.type));
+    }
+  }
   return one(cast(b, b.pow(p.a, p.b), p.type));
 }
 

@@ -180,3 +180,16 @@ def test_log_softmax_of_one_infinite_entry():
         x = torch.tensor(v)
         for f in (torch.log_softmax, torch.softmax):
             torch.testing.assert_close(f(x.to("tpu"), 0).cpu(), f(x, 0), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 0.25])
+def test_pow_of_infinities_and_signed_zeros_is_cpus(dtype, exponent):
+    """CPU computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (not in float16):
+    (-inf) ** 0.5 is NaN there, not pow's inf, and (-0) ** -0.5 is -inf (a
+    fused-eager fuzz run found it)."""
+    x = torch.tensor([-float("inf"), float("inf"), -0.0, 0.0, 4.0, -1.0, 2.0, 1e-3], dtype=dtype)
+    want, got = x ** exponent, (x.to("tpu") ** exponent).cpu()
+    assert torch.equal(want.isnan(), got.isnan())
+    torch.testing.assert_close(got.nan_to_num(), want.nan_to_num(), rtol=1e-2, atol=0)
+    assert torch.equal(want.signbit() & ~want.isnan(), got.signbit() & ~got.isnan())
