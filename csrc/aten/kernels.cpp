@@ -488,9 +488,11 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
   hlo::Builder& b = p.builder();
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& m = (*meta)[i];
-    if (!outputs[i].valid() || !m.defined() || m.dim() < 2) continue;
-    // (An empty tensor is "contiguous" whatever its strides: compare them.)
-    if (m.numel() ? m.is_contiguous() : m.strides() == c10::IntArrayRef(c10::contiguous_strides(m.sizes()))) continue;
+    if (!outputs[i].valid() || !m.defined() || m.dim() < 1) continue;
+    // The strides themselves, not is_contiguous(): that ignores the strides
+    // of size-1 dims (and of every dim of an empty tensor), which CPU's
+    // results keep and later broadcasting ops' layouts depend on.
+    if (m.strides() == c10::IntArrayRef(c10::contiguous_strides(m.sizes()))) continue;
     if (m.sizes().vec() != b.dims(outputs[i])) continue;  // validate_once reports it
     std::optional<std::vector<int64_t>> order = memory_order(m.sizes(), m.strides());
     if (!order) continue;

@@ -18,7 +18,10 @@ namespace tpu {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr size_t kRegionBytes = size_t{1} << 40;  // address space per device
+// Address space reserved per device: 1 TiB, or the most of it the process
+// may map (a `ulimit -v` limit, valgrind), down to 1 GiB.
+constexpr size_t kRegionBytes = size_t{1} << 40;
+constexpr size_t kMinRegionBytes = size_t{1} << 30;
 constexpr size_t kMinBlock = 512;
 
 // Hands out unique, never-dereferenceable addresses per device: a reserved
@@ -35,10 +38,10 @@ class AddressSpace {
       free_list.pop_back();
       return p;
     }
-    TORCH_CHECK_WITH(OutOfMemoryError, r.next + size <= kRegionBytes,
+    TORCH_CHECK_WITH(OutOfMemoryError, r.next + size <= r.bytes,
                      "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device,
-                     ", whose address space holds at most 1 TiB of live tensors. Free tensors you no longer need "
-                     "(del, or smaller batches).");
+                     ", whose address space holds at most ", r.bytes >> 30,
+                     " GiB of live tensors. Free tensors you no longer need (del, or smaller batches).");
     void* p = r.base + r.next;
     r.next += size;
     return p;
@@ -53,7 +56,7 @@ class AddressSpace {
     std::lock_guard<std::mutex> lock(mu_);
     for (int d = 0; d < kMaxDevices; ++d) {
       const char* base = regions_[d].base;
-      if (base != nullptr && p >= base && p < base + kRegionBytes) return d;
+      if (base != nullptr && p >= base && p < base + regions_[d].bytes) return d;
     }
     return -1;
   }
@@ -61,6 +64,7 @@ class AddressSpace {
  private:
   struct Region {
     char* base = nullptr;
+    size_t bytes = 0;
     size_t next = 0;
     std::map<size_t, std::vector<void*>> free;
   };
@@ -72,12 +76,14 @@ class AddressSpace {
   Region& region(int device) {
     TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
     Region& r = regions_[device];
-    if (r.base == nullptr) {
-      void* p = mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-      TORCH_CHECK(p != MAP_FAILED, "tpu: could not reserve device address space");
+    for (size_t bytes = kRegionBytes; r.base == nullptr && bytes >= kMinRegionBytes; bytes >>= 1) {
+      void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) continue;
       r.base = static_cast<char*>(p);
+      r.bytes = bytes;
     }
+    TORCH_CHECK(r.base != nullptr, "tpu: could not reserve ", kMinRegionBytes >> 30,
+                " GiB of address space for tpu:", device, " (is the process's virtual memory limited? see ulimit -v)");
     return r;
   }
   std::mutex mu_;

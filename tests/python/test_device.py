@@ -100,3 +100,25 @@ def test_data_ptrs_are_distinct_and_not_host_memory():
     b = torch.empty(100, device="tpu")
     assert a.data_ptr() != b.data_ptr()
     assert a[10:].data_ptr() == a.data_ptr() + 40
+
+
+def test_device_works_under_a_virtual_memory_limit():
+    # The device's address space is reserved up front (1 TiB); a process
+    # whose virtual memory is limited (ulimit -v, valgrind) gets less of it,
+    # not an error.
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import torch, torch_tpu\n"
+            "x = torch.arange(6.0, device='tpu')\n"
+            "print((x * 2).cpu().tolist())\n")
+    limit = 12 << 30
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       preexec_fn=limit_memory)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[0.0, 2.0, 4.0, 6.0, 8.0, 10.0]"

@@ -432,6 +432,10 @@ def run_program(torch, p: Program, device: str):
                 ref = fn(torch, snapshot, random.Random(s.seed))
                 ref = ref[0] if isinstance(ref, tuple) else ref
                 ref = (ref, values[-1].cpu().clone())  # (CPU's answer, tpu's answer) at this step
+                if s.op in _SCALAR_REFERENCE and ref[0].dtype.is_floating_point:
+                    wide = fn(torch, [a.double() if a.is_floating_point() else a for a in snapshot],
+                              random.Random(s.seed))
+                    ref = ref + (wide.to(ref[0].dtype),)
             except Exception:  # noqa: BLE001
                 ref = None
         expected.append(ref)
@@ -442,6 +446,13 @@ def run_program(torch, p: Program, device: str):
 # in bfloat16 CPU's own result depends on the input's layout (a strided
 # prod of 50 values is 4 ulps from the contiguous one).
 _COMPOUNDING = frozenset({"prod", "cumprod"})
+
+# Ops whose CPU kernel disagrees with itself on special values: the
+# vectorized float32/bfloat16 gelu gives NaN for +inf, where its scalar tail
+# (and float64, and CUDA) give inf, so CPU's answer depends on where in the
+# tensor the inf sits. For these a tpu value also passes when it is CPU's
+# float64 answer in the op's dtype.
+_SCALAR_REFERENCE = frozenset({"gelu"})
 
 
 def _close(torch, a, b, low: bool, loose: bool = False, compounding: bool = False) -> bool:
@@ -495,9 +506,9 @@ def compare(torch, p: Program, cpu, tpu) -> str | None:
                     f"tpu strides {b.stride()} offset {b.storage_offset()}")
         # The op's values when it ran, against CPU's on the same inputs.
         if k >= n_in and expected[k] is not None:
-            want, got = expected[k]
-            if want.shape == got.shape and not _close(torch, want, got, low[k],
-                                                      compounding=p.steps[k - n_in].op in _COMPOUNDING):
+            want, got = expected[k][:2]
+            close = lambda w: _close(torch, w, got, low[k], compounding=p.steps[k - n_in].op in _COMPOUNDING)  # noqa: E731
+            if want.shape == got.shape and not any(close(w) for w in (want, *expected[k][2:])):
                 return (f"{where}: values differ: CPU {want.flatten()[:8].tolist()} "
                         f"tpu {got.flatten()[:8].tolist()}")
         # The final values of tensors written after they were made (through
