@@ -2,6 +2,7 @@
 // library (torch.ops.torch_tpu.*): no pybind11, so the extension is a plain
 // shared library loaded with torch.ops.load_library.
 #include <ATen/core/Tensor.h>
+#include <chrono>
 #include <torch/library.h>
 
 #include "csrc/aten/eager.h"
@@ -192,6 +193,37 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> fallback_counts_op() 
   return {names, counts};
 }
 
+// The floor under strict eager's per-op cost (benchmarks/eager_basics.py):
+// the plugin alone running `x + 1` on x's device value `n` times from C++,
+// launched as strict eager launches an op (asynchronously, asking for its
+// completion event), nothing of ours in between. Seconds per execution.
+double execute_floor(const at::Tensor& x, int64_t n) {
+  TORCH_CHECK(x.device().type() == c10::DeviceType::PrivateUse1 && n > 0,
+              "_execute_floor: expected a tpu tensor and a positive count, got ", x.device(), " and ", n);
+  TpuStorage::Value v = storage_of(x).value();
+  TORCH_CHECK(v.buffer, "_execute_floor: the tensor was never written");
+  hlo::Builder b;
+  const hlo::Value p = b.param(v.type);
+  const std::string text = b.module({b.add(p, b.broadcast_in_dim(b.constant(1, v.type.dtype), v.type.dims, {}))});
+  auto& rt = runtime();
+  pjrt::ExecutablePtr exe = rt.cache().get_or_compile(text, rt.compile_options());
+  const pjrt::Device* device = rt.portable() ? &rt.device(x.device().has_index() ? x.device().index() : 0) : nullptr;
+  const std::vector<pjrt::c::PJRT_Buffer*> args{v.buffer->raw()};
+  std::unique_ptr<pjrt::Event> last;
+  auto run = [&](int64_t count) {
+    for (int64_t i = 0; i < count; ++i) {
+      std::unique_ptr<pjrt::Event> done;
+      std::vector<pjrt::BufferPtr> out = exe->execute(args, device, &done);
+      last = std::move(done);
+    }
+    if (last) last->await();
+  };
+  run(std::min<int64_t>(n, 50));  // warm up
+  const auto start = std::chrono::steady_clock::now();
+  run(n);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(n);
+}
+
 // Debugging aid: what a tensor's storage holds on the device.
 // What a tpu tensor's storage holds, without running anything: a buffer, a
 // value a deferred graph will produce, or nothing yet (zeros).
@@ -226,6 +258,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("clear_cache(bool disk) -> int", &clear_cache);
   m.def("cache_dir() -> str", &cache_dir);
   m.def("executions() -> int", &executions);
+  m.def("_execute_floor(Tensor x, int n) -> float", &execute_floor);
   m.def("host_reads() -> int", &host_reads);
   m.def("op_memo_counts() -> int[]", &op_memo_counts);
   m.def("set_op_memo(bool enabled) -> ()", &set_op_memo_enabled);

@@ -271,3 +271,15 @@ def test_nested_scopes_restore_in_order_and_decorators_work():
     assert torch_tpu.get_execution_mode() == outside
     with pytest.raises(RuntimeError, match="unknown execution mode"):
         torch_tpu.execution_mode("fast")
+
+
+def test_execute_floor_runs_the_plugin_alone():
+    # benchmarks/eager_basics.py's floor: seconds per bare execution of x + 1;
+    # x itself is left as it was.
+    x = torch.randn(16, 16, device="tpu")
+    want = x.cpu()
+    per = torch.ops.torch_tpu._execute_floor(x, 20)
+    assert 0 < per < 1
+    assert torch.equal(x.cpu(), want)
+    with pytest.raises(RuntimeError, match="_execute_floor: expected a tpu tensor"):
+        torch.ops.torch_tpu._execute_floor(torch.ones(2), 5)
