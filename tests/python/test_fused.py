@@ -150,10 +150,15 @@ def test_training_matches_strict_and_compiles_once(kind):
     # XLA fuses across op boundaries and may contract a multiply and an add
     # into one rounding, so values can differ in the last bits; AdamW turns
     # such differences in near-zero gradients into visible (lr-sized) ones
-    # for a few parameters, hence the parameter tolerance, as against CPU.
+    # for a few parameters, hence the parameter tolerance: a tenth of one
+    # step (lr 1e-2) for any parameter, a hundredth for nearly all (how far
+    # the last bits carry depends on the machine's XLA CPU code: 1.3e-4 on
+    # one, under 1e-4 on another).
     torch.testing.assert_close(fused_losses, strict_losses, rtol=1e-5, atol=1e-6)
     for p, q in zip(fused_model.parameters(), strict_model.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-3, atol=1e-4)
+        p, q = p.detach().cpu(), q.detach().cpu()
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-3)
+        assert ((p - q).abs() > 1e-4 + 1e-3 * q.abs()).float().mean() <= 0.05, (p - q).abs().max()
 
 
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
