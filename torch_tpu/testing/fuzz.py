@@ -447,11 +447,11 @@ def run_program(torch, p: Program, device: str):
 # prod of 50 values is 4 ulps from the contiguous one).
 _COMPOUNDING = frozenset({"prod", "cumprod"})
 
-# Ops whose CPU kernel disagrees with itself on special values: the
-# vectorized float32/bfloat16 gelu gives NaN for +inf, where its scalar tail
-# (and float64, and CUDA) give inf, so CPU's answer depends on where in the
-# tensor the inf sits. For these a tpu value also passes when it is CPU's
-# float64 answer in the op's dtype.
+# Ops whose CPU kernel disagrees with itself on special values: on some
+# machines the vectorized float32/bfloat16 gelu gives NaN for +inf, where its
+# scalar tail (and float64, and CUDA) give inf, so CPU's answer depends on the
+# machine and on where in the tensor the inf sits. For these a tpu value also
+# passes when it is CPU's float64 answer in the op's dtype.
 _SCALAR_REFERENCE = frozenset({"gelu"})
 
 
