@@ -4,8 +4,8 @@
 #   2. torch 2.13.0 (the CPU build) and torch_tpu with its test extras,
 #   3. the C++ tests (GoogleTest, through CTest) against the CPU PJRT plugin,
 #   4. the Python tests (pytest), including the OpInfo conformance subset, in
-#      strict eager (the default), then the whole suite but the OpInfo sweep
-#      in fused eager and in debug eager.
+#      strict eager (the default), then again in fused eager and in debug
+#      eager, where conftest.py's MODE_POLICY keeps what the mode changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -29,9 +29,9 @@ TORCH_TPU_PJRT_PLUGIN="$plugin" ctest --test-dir build-tests --output-on-failure
 # A persistent compile cache shared by the test processes.
 export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
 python3 -m pytest -q tests/python "$@"
-# The other two modes run the whole suite again, except the OpInfo sweep (in
-# fused eager every sample would compile a graph of its own).
+# The other two modes run the suite again (conftest.py's MODE_POLICY says
+# which part: what the mode changes, not every sweep of the same lowerings).
 echo "fused eager (TORCH_TPU_DEFER_AND_FUSE=1):"
-TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py "$@"
+TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python "$@"
 echo "debug eager (TORCH_TPU_LAUNCH_BLOCKING=1):"
-TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python --ignore=tests/python/test_opinfo.py "$@"
+TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python "$@"

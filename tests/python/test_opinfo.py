@@ -14,7 +14,8 @@ REPORT = os.path.join(os.path.dirname(__file__), "..", "..", "reports", "opinfo_
 @pytest.fixture(scope="module")
 def report():
     cmd = [sys.executable, "-m", "torch_tpu.testing.opinfo", "--subset", "ci", "--report", REPORT,
-           "--group", "100"]
+           "--group", "100",
+           "--max-samples", "48"]  # (max_pool2d alone has 1440 samples)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(r.stdout.splitlines()[-1])

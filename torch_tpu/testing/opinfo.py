@@ -445,6 +445,15 @@ def _count(tally: Tally, diff: str | None, what: str, sample, verbose: bool) -> 
         print(f"  {what}: WRONG {_describe(sample)}: {diff}")
 
 
+def _spread(samples: list, max_samples: int) -> list:
+    """At most `max_samples` of an op's samples, spread evenly over its list
+    (OpInfo lists variations in nested loops: the first N would all share
+    the outer loop's first values)."""
+    if len(samples) <= max_samples:
+        return samples
+    return [samples[i * len(samples) // max_samples] for i in range(max_samples)]
+
+
 def _classify(exc: BaseException) -> str:
     return "unsupported" if isinstance(exc, NotImplementedError) else "error"
 
@@ -458,7 +467,7 @@ def _forward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
     except Exception as e:  # noqa: BLE001
         tally.skipped += 1
         return
-    for sample in samples[:max_samples]:
+    for sample in _spread(samples, max_samples):
         torch.manual_seed(0)
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
@@ -557,7 +566,7 @@ def _backward(op, dtype, tally: Tally, max_samples: int, verbose: bool) -> None:
     except Exception:  # noqa: BLE001
         tally.skipped += 1
         return
-    for sample in samples[:max_samples]:
+    for sample in _spread(samples, max_samples):
         if _random_sample(op.name, sample):
             tally.skipped += 1
             continue
@@ -777,7 +786,8 @@ def main(argv=None) -> int:
     p.add_argument("--subset", choices=["all", "ci", "core"], default="all")
     p.add_argument("--ops", default="", help="comma-separated OpInfo names (name or name.variant)")
     p.add_argument("--dtypes", default=",".join(DTYPES))
-    p.add_argument("--max-samples", type=int, default=1000)
+    p.add_argument("--max-samples", type=int, default=1000,
+                   help="samples per op and dtype, spread over its list")
     p.add_argument("--timeout", type=int, default=300, help="seconds per op")
     p.add_argument("--group", type=int, default=40, help="ops per child process")
     p.add_argument("--report", default="reports/opinfo.json")

@@ -1,0 +1,89 @@
+"""Instructions per small op, counted by callgrind (stable on a noisy machine).
+
+    python benchmarks/op_instructions.py [--mode strict|fused|cpu] [--ops-per-flush 50] [--top 25]
+
+Runs `y = x + 1` on a 16x16 float32 tensor under `valgrind --tool=callgrind`
+twice, with N and N + 2000 ops after the same warm-up, and prints the
+difference divided by 2000: the instructions of one op with every one-time
+cost (start-up, compiles, the warm-up) cancelled. In fused eager the graph is
+flushed (torch_tpu.flush()) every --ops-per-flush ops, so the figure is one
+recorded op plus its share of a cached flush; the flush's own share is
+printed apart. Also prints the inclusive instructions per op of the --top
+functions that differ most between the two runs (callgrind_annotate
+--inclusive=yes), which is where an op's instructions go.
+
+Needs valgrind (Debian's package). A compile cache of its own is used:
+valgrind reports other CPU features than the host, so programs compiled
+outside it do not load under it.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+WORKLOAD = r"""
+import sys, torch
+mode, n, per_flush = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+device = "cpu" if mode == "cpu" else "tpu"
+if device == "tpu":
+    import torch_tpu
+    torch_tpu.set_execution_mode(mode)
+x = torch.randn(16, 16, device=device)
+
+def run(count):
+    y = None
+    for i in range(count):
+        y = x + 1
+        if mode == "fused" and (i + 1) % per_flush == 0:
+            torch_tpu.flush()
+    if device == "tpu":
+        torch.tpu.synchronize()
+    return y
+
+run(300)
+run(n)
+"""
+
+
+def callgrind(mode, n, per_flush, cache, out):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCH_TPU_SESSION="0", TORCH_TPU_FUSED_MAX_OPS="100000")
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", WORKLOAD,
+           mode, str(n), str(per_flush)]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
+                          capture_output=True, text=True, check=True).stdout
+    total, per_fn = 0, {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+PROGRAM TOTALS", line) or re.match(r"\s*([\d,]+)\s+PROGRAM TOTALS", line)
+        if m:
+            total = int(m.group(1).replace(",", ""))
+            continue
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?\*?\s*(\S.*)$", line)
+        if m and ":" in m.group(2):
+            per_fn[m.group(2).strip()] = int(m.group(1).replace(",", ""))
+    return total, per_fn
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["strict", "fused", "cpu"], default="strict")
+    p.add_argument("--ops-per-flush", type=int, default=50)
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args()
+    extra = 2000
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "cache")
+        runs = [callgrind(args.mode, n, args.ops_per_flush, cache, os.path.join(tmp, f"cg.{n}"))
+                for n in (200, 200 + extra)]
+    (t0, f0), (t1, f1) = runs
+    print(f"{args.mode}: {(t1 - t0) / extra:,.0f} instructions per op")
+    diffs = sorted(((f1.get(k, 0) - f0.get(k, 0)) / extra, k) for k in set(f0) | set(f1))
+    for d, name in reversed(diffs[-args.top:]):
+        print(f"{d:10,.0f}  {name[:150]}")
+
+
+if __name__ == "__main__":
+    main()
