@@ -9,6 +9,12 @@ Prints medians, side by side in one run:
     torch_tpu/testing/models.py, a small and the demo-sized GPT, in both
     modes and in CPU PyTorch;
   - Strict Eager per-op overhead on a cache hit (x + 1 on 16x16) vs CPU;
+  - Fused Eager's own costs: recording an op (x + 1 on 16x16, interleaved
+    with CPU torch's whole op), and running a cached graph of n ops
+    (flush + wait), fitted as a + b * n;
+  - per fused training step, the device time of its program (the profiler's
+    device spans) beside CPU PyTorch's whole step: what the device alone
+    costs, whatever the host does;
   - time to the first training step of a new process with a cold and with a
     warm disk cache (TORCH_TPU_CACHE_DIR), in each mode: the step alone,
     and from process start (imports and set-up included) to its end.
@@ -88,6 +94,61 @@ print(json.dumps({"import": t1 - t0, "first_step": t2 - t1, "start_to_step": t2 
 """
 
 
+def fused_costs(repeats):
+    """Recording one op, and a cached graph's flush as a + b * ops."""
+    import statistics
+    import time
+
+    a = torch.randn(16, 16, device="tpu")
+    ac = a.cpu()
+    n = 1000
+    record, cpu = [], []
+    with torch_tpu.execution_mode("fused"):
+        for _ in range(repeats + 1):  # (the first compiles)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                a + 1
+            record.append((time.perf_counter() - t0) / n)
+            torch_tpu.flush()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                ac + 1
+            cpu.append((time.perf_counter() - t0) / n)
+
+        def flush_seconds(ops):
+            times = []
+            for _ in range(repeats + 1):
+                y = a
+                for _ in range(ops):
+                    y = y + 1
+                t0 = time.perf_counter()
+                torch_tpu.flush()
+                torch.tpu.synchronize()
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[1:])
+
+        small, large = flush_seconds(10), flush_seconds(1000)
+    per_op = (large - small) / 990
+    return statistics.median(record[1:]), statistics.median(cpu[1:]), small - 10 * per_op, per_op
+
+
+def device_ms_per_step(model, x, y):
+    """Median device time of a fused training step's program (profiler spans)."""
+    import statistics
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch_tpu.execution_mode("fused"):
+        steps = step_fn(model, x, y, "tpu")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            steps(8)
+    spans = [e.time_range.elapsed_us() for e in prof.events()
+             if e.device_type != torch.autograd.DeviceType.CPU and e.name == "tpu fused program"]
+    # (one program per step: forward, backward and the optimizer; the last
+    # span is the loss read)
+    return statistics.median(spans[1:-1]) / 1e3
+
+
 def first_step(mode, cache_dir):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-c", FIRST_STEP, mode], env=env, capture_output=True, text=True,
@@ -114,7 +175,8 @@ def main():
           f"{times['fused'] * 1e3:.1f} ms (fused {times['strict'] / times['fused']:.2f}x faster), CPU torch "
           f"{times['cpu'] * 1e3:.1f} ms")
 
-    print(f"\n{'training step':30s} {'strict ms':>10s} {'fused ms':>10s} {'CPU ms':>8s} {'strict/fused':>13s}")
+    print(f"\n{'training step':30s} {'strict ms':>10s} {'fused ms':>10s} {'CPU ms':>8s} {'strict/fused':>13s} "
+          f"{'fused/CPU':>10s} {'fused device ms':>16s} {'device/CPU':>11s}")
     for name in ("MLP 3x128, batch 256", "GPT 2x64, 8 x 32 tokens", "GPT 4x128, 32 x 64 (demo)"):
         model, xb, yb = training_case(name)
         t = {}
@@ -122,8 +184,15 @@ def main():
             with torch_tpu.execution_mode(mode):
                 t[mode] = median_seconds(step_fn(model, xb, yb, "tpu"), args.repeats) / 5
         t["cpu"] = median_seconds(step_fn(model, xb, yb, "cpu"), args.repeats) / 5
+        device = device_ms_per_step(model, xb, yb)
         print(f"{name:30s} {t['strict'] * 1e3:10.2f} {t['fused'] * 1e3:10.2f} {t['cpu'] * 1e3:8.2f} "
-              f"{t['strict'] / t['fused']:13.2f}")
+              f"{t['strict'] / t['fused']:13.2f} {t['fused'] / t['cpu']:10.2f} {device:16.2f} "
+              f"{device / (t['cpu'] * 1e3):11.2f}")
+
+    record, cpu_op, flush_a, flush_b = fused_costs(args.repeats)
+    print(f"\nfused eager: recording x + 1 (16x16) {record * 1e6:.2f} us vs CPU torch's whole op {cpu_op * 1e6:.2f} us "
+          f"({record / cpu_op:.2f}x); a cached graph's flush + wait {flush_a * 1e6:.1f} us + {flush_b * 1e6:.3f} us "
+          f"per recorded op")
 
     a = torch.randn(16, 16, device="tpu")
     ac = a.cpu()

@@ -108,7 +108,25 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
   return bits;
 }
 
-c10::Scalar number_of(const c10::IValue& v) { return v.isTensor() ? v.toTensor().item() : v.toScalar(); }
+c10::Scalar host_number(const at::Tensor& t) {
+  // A CPU number read in place (item() goes through the dispatcher: a few
+  // hundred instructions on every op with a Python number operand).
+  if (t.device().is_cpu() && t.numel() == 1 && !t.is_conj() && !t.is_neg()) {
+    const void* p = t.const_data_ptr();
+    switch (t.scalar_type()) {
+      case at::kDouble: return *static_cast<const double*>(p);
+      case at::kFloat: return *static_cast<const float*>(p);
+      case at::kLong: return *static_cast<const int64_t*>(p);
+      case at::kInt: return *static_cast<const int32_t*>(p);
+      case at::kBool: return *static_cast<const bool*>(p);
+      case at::kComplexDouble: return *static_cast<const c10::complex<double>*>(p);
+      default: break;
+    }
+  }
+  return t.item();
+}
+
+c10::Scalar number_of(const c10::IValue& v) { return v.isTensor() ? host_number(v.toTensor()) : v.toScalar(); }
 
 TpuStorage::Value operand_value(TpuStorage& s, int device) {
   TpuStorage::Value v = s.raw_value();
@@ -258,10 +276,7 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
   exec::Executor& ex = current_executor();
   if (ex.fused()) {
     exec::DeferredGraph& graph = ex.graph(device);
-    // The function's text is made only if the graph must be compiled.
-    std::vector<exec::DeferredPtr> outs = graph.record(
-        plan.name, [kept] { return kept->builder->function(kept->name, kept->outputs); }, bound.args,
-        plan.output_types);
+    std::vector<exec::DeferredPtr> outs = graph.record(plan.function, bound.args);
     bound.args.clear();  // the graph holds what it needs
     return deliver(
         plan, bound, outs,
@@ -416,7 +431,7 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
                 "Expected all tensors to be on the same device, but found at least two devices, "
                 "tpu:", device_, " and cpu! (move the CPU tensor with .to('tpu'))");
     if (pos.arg < 0) replayable_ = false;  // its value would become a constant
-    return scalar(t.item(), to_hlo(t.scalar_type()), pos, &t);
+    return scalar(host_number(t), to_hlo(t.scalar_type()), pos, &t);
   }
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1 && t.device().index() == device_,
               "Expected all tensors to be on the same device, but found at least two devices, tpu:",
@@ -548,7 +563,15 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
   plan->fingerprint = exec::fingerprint64(plan->text);
   char name[24];
   std::snprintf(name, sizeof(name), "op_%016llx", static_cast<unsigned long long>(plan->fingerprint));
-  plan->name = name;
+  auto function = std::make_shared<exec::Function>();
+  function->fingerprint = plan->fingerprint;
+  function->name = name;
+  function->results = plan->output_types;
+  // (made only if a fused graph calling it must be compiled)
+  function->text = [builder = b_, name = function->name, outputs = plan->outputs] {
+    return builder->function(name, outputs);
+  };
+  plan->function = std::move(function);
   plan->params = std::move(sources_);
   plan->resizes = std::move(resizes_);
   plan->replayable = replayable_;

@@ -71,7 +71,7 @@ struct ProgramPlan {
   std::vector<Resize> resizes;
   std::string text;                     // the module, without donations
   uint64_t fingerprint = 0;             // of text
-  std::string name;                     // "op_<fingerprint>": the function fused eager records
+  exec::FunctionPtr function;           // "op_<fingerprint>": what fused eager records
   bool replayable = true;               // every parameter's source is known
 
   // The module that donates the parameters of the donations selected by
@@ -203,5 +203,7 @@ hlo::Value reinterpret_flat(hlo::Builder& b, hlo::Value flat, hlo::DType to);
 uint64_t scalar_bits(const c10::Scalar& s, hlo::DType dtype);
 // A number argument: a Scalar, or the value of a 0-dim tensor.
 c10::Scalar number_of(const c10::IValue& v);
+// The value of a one-element tensor (a CPU one read in place).
+c10::Scalar host_number(const at::Tensor& t);
 
 }  // namespace tpu

@@ -177,7 +177,7 @@ c10::Storage new_storage(size_t nbytes, int device) {
 std::vector<exec::DeferredPtr> record(const Captured& c, const std::vector<exec::ProgramArg>& args) {
   exec::Executor& ex = current_executor();
   TORCH_CHECK(ex.fused(), "torch_tpu internal error: a compiled graph ran outside a fused scope");
-  return ex.graph(c.device).record(c.fn->name, c.fn->text, args, c.fn->result_types, &c.fn->callees);
+  return ex.graph(c.device).record(c.fn->function, args);
 }
 
 // The checks the replay's values depend on: its own and those of what it

@@ -40,7 +40,7 @@ void put_number(std::string& key, const c10::Scalar& s) {
 void put_numbers(std::string& key, const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    if (t.defined() && t.device().is_cpu() && t.dim() == 0) put_number(key, t.item());
+    if (t.defined() && t.device().is_cpu() && t.dim() == 0) put_number(key, host_number(t));
   } else if (v.isDouble() || v.isComplexDouble() || v.isInt() || v.isBool()) {
     put_number(key, v.toScalar());
   } else if (v.isList()) {

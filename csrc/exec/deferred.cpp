@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "csrc/exec/device_check.h"
 #include "csrc/exec/executable_cache.h"
@@ -73,34 +74,37 @@ DeferredGraph::Ref DeferredGraph::ref_for(const ProgramArg& a) {
   return Ref{-1, it->second};
 }
 
-std::vector<DeferredPtr> DeferredGraph::record(
-    const std::string& name, const std::function<std::string()>& function_text, const std::vector<ProgramArg>& args,
-    const std::vector<hlo::Type>& results,
-    const std::vector<std::pair<std::string, std::function<std::string()>>>* callees) {
+std::vector<DeferredPtr> DeferredGraph::record(const FunctionPtr& fn, const std::vector<ProgramArg>& args) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   Call call;
-  call.name = name;
-  call.results = results;
+  call.fn = fn;
   call.args.reserve(args.size());
   for (const ProgramArg& a : args) call.args.push_back(ref_for(a));
-  if (callees) {
-    for (const auto& [callee, text] : *callees) {
-      if (rec_.functions.emplace(callee, text).second) rec_.function_order.push_back(callee);
-    }
-  }
-  if (rec_.functions.emplace(name, function_text).second) rec_.function_order.push_back(name);
   const int index = static_cast<int>(rec_.calls.size());
   rec_.calls.push_back(std::move(call));
+  const size_t n = fn->results.size();
   std::vector<DeferredPtr> out;
-  out.reserve(results.size());
-  for (size_t r = 0; r < results.size(); ++r) {
-    DeferredPtr v(new DeferredValue(this, results[r], index, static_cast<int>(r)));
+  out.reserve(n);
+  for (size_t r = 0; r < n; ++r) {
+    DeferredPtr v(new DeferredValue(this, fn, index, static_cast<int>(r)));
     rec_.produced.push_back(v);
     out.push_back(std::move(v));
   }
   ++g_recorded;
   if (!capture_ && rec_.calls.size() >= max_programs()) flush_locked();
   return out;
+}
+
+std::vector<FunctionPtr> DeferredGraph::functions(const Recording& r) {
+  std::vector<FunctionPtr> order;
+  std::unordered_set<std::string> named;  // one function per name (plans may share a program)
+  std::function<void(const FunctionPtr&)> add = [&](const FunctionPtr& fn) {
+    if (named.count(fn->name)) return;
+    for (const FunctionPtr& callee : fn->callees) add(callee);
+    if (named.insert(fn->name).second) order.push_back(fn);
+  };
+  for (const Call& call : r.calls) add(call.fn);
+  return order;
 }
 
 CheckPtr DeferredGraph::add_check(DeferredPtr ok, std::string message) {
@@ -147,31 +151,32 @@ void DeferredGraph::write_calls(const Recording& r, const std::vector<DeferredPt
   auto value_name = [&](const Ref& ref) {
     if (ref.call < 0) return "arg" + std::to_string(ref.index);
     std::string name = "c" + std::to_string(ref.call);
-    if (r.calls[ref.call].results.size() > 1) name += "#" + std::to_string(ref.index);
+    if (r.calls[ref.call].fn->results.size() > 1) name += "#" + std::to_string(ref.index);
     return name;
   };
   auto ref_type = [&](const Ref& ref) -> const hlo::Type& {
-    return ref.call < 0 ? r.param_types[ref.index] : r.calls[ref.call].results[ref.index];
+    return ref.call < 0 ? r.param_types[ref.index] : r.calls[ref.call].fn->results[ref.index];
   };
   for (size_t c = 0; c < r.calls.size(); ++c) {
     const Call& call = r.calls[c];
+    const std::vector<hlo::Type>& results = call.fn->results;
     body += "    ";
-    if (call.results.size() == 1) body += "%c" + std::to_string(c) + " = ";
-    if (call.results.size() > 1) body += "%c" + std::to_string(c) + ":" + std::to_string(call.results.size()) + " = ";
+    if (results.size() == 1) body += "%c" + std::to_string(c) + " = ";
+    if (results.size() > 1) body += "%c" + std::to_string(c) + ":" + std::to_string(results.size()) + " = ";
     body += "\"func.call\"(";
     for (size_t a = 0; a < call.args.size(); ++a) {
       if (a) body += ", ";
       body += "%" + value_name(call.args[a]);
     }
-    body += ") {callee = @" + call.name + "} : (";
+    body += ") {callee = @" + call.fn->name + "} : (";
     for (size_t a = 0; a < call.args.size(); ++a) {
       if (a) body += ", ";
       append_type(body, ref_type(call.args[a]));
     }
     body += ") -> (";
-    for (size_t k = 0; k < call.results.size(); ++k) {
+    for (size_t k = 0; k < results.size(); ++k) {
       if (k) body += ", ";
-      append_type(body, call.results[k]);
+      append_type(body, results[k]);
     }
     body += ")\n";
   }
@@ -179,30 +184,34 @@ void DeferredGraph::write_calls(const Recording& r, const std::vector<DeferredPt
 }
 
 // The key: the graph's structure, naming each recorded function by its
-// fingerprint. It is far shorter than the module text, which is only built
+// fingerprint, in a binary encoding (a flush builds it every time, so it is
+// kept cheap). It is far shorter than the module text, which is only built
 // when the key is not in the executable cache.
 std::string DeferredGraph::structure_key(const Recording& r, const std::vector<DeferredPtr>& live,
                                          const std::vector<int>& alias) {
   std::string key;
-  auto ref_key = [&](const Ref& ref) {
-    key += ref.call < 0 ? 'p' : 'c';
-    key += std::to_string(ref.call < 0 ? ref.index : ref.call);
-    if (ref.call >= 0) key += "." + std::to_string(ref.index);
-    key += ',';
+  key.reserve(16 * r.params.size() + 32 * r.calls.size() + 8 * live.size());
+  auto put = [&key](auto v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto put_ref = [&](const Ref& ref) {
+    put(ref.call);  // -1: a parameter
+    put(ref.index);
   };
+  put(static_cast<uint32_t>(r.params.size()));
   for (size_t i = 0; i < r.params.size(); ++i) {
-    append_type(key, r.param_types[i]);
-    if (!alias.empty() && alias[i] >= 0) key += "=" + std::to_string(alias[i]);
-    key += ';';
+    const hlo::Type& t = r.param_types[i];
+    put(static_cast<uint8_t>(t.dtype));
+    put(static_cast<uint8_t>(t.dims.size()));
+    key.append(reinterpret_cast<const char*>(t.dims.data()), t.dims.size() * sizeof(int64_t));
+    put(alias.empty() ? -1 : alias[i]);
   }
+  put(static_cast<uint32_t>(r.calls.size()));
   for (const Call& call : r.calls) {
-    key += call.name;
-    key += '(';
-    for (const Ref& ref : call.args) ref_key(ref);
-    key += ')';
+    put(call.fn->fingerprint);
+    put(static_cast<uint32_t>(call.args.size()));
+    for (const Ref& ref : call.args) put_ref(ref);
   }
-  key += "->";
-  for (const auto& v : live) ref_key(Ref{v->call_, v->result_});
+  put(static_cast<uint32_t>(live.size()));
+  for (const auto& v : live) put_ref(Ref{v->call_, v->result_});
   return key;
 }
 
@@ -232,13 +241,13 @@ void DeferredGraph::flush_locked() {
     alias[param] = static_cast<int>(out->second);
     taken[out->second] = true;
   }
-  const std::string key = "fused:" + structure_key(r, live, alias);
+  const std::string key = "fused:" + structure_key(r, live, alias);  // (binary)
 
   // The module: the recorded functions, and a main that calls them in
   // order and returns the live values.
   auto build_text = [&] {
     hlo::Module module("tpu_fused");
-    for (const std::string& name : r.function_order) module.add_function(name, r.functions[name]);
+    for (const FunctionPtr& fn : functions(r)) module.add_function(fn->name, fn->text);
     std::vector<hlo::Parameter> main_params;
     for (size_t i = 0; i < r.params.size(); ++i) {
       main_params.push_back({"arg" + std::to_string(i), r.param_types[i], alias[i]});
@@ -289,8 +298,9 @@ std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why)
   auto r = std::make_shared<Recording>();
   std::swap(*r, rec_);
   auto fn = std::make_shared<CapturedFunction>();
+  auto function = std::make_shared<Function>();
   fn->values = live_values(*r);
-  for (const auto& v : fn->values) fn->result_types.push_back(v->type());
+  for (const auto& v : fn->values) function->results.push_back(v->type());
   for (auto& c : r->checks) {
     const DeferredPtr v = c->deferred();
     for (size_t k = 0; k < fn->values.size(); ++k) {
@@ -299,12 +309,13 @@ std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why)
   }
   const std::string key = structure_key(*r, fn->values, {});
   char name[32];
-  std::snprintf(name, sizeof(name), "graph_%016llx", static_cast<unsigned long long>(fingerprint64(key)));
-  fn->name = name;
+  function->fingerprint = fingerprint64(key);
+  std::snprintf(name, sizeof(name), "graph_%016llx", static_cast<unsigned long long>(function->fingerprint));
+  function->name = name;
+  function->callees = functions(*r);
   fn->param_types = r->param_types;
   fn->origins = r->origins;
   fn->buffers = r->params;
-  for (const std::string& callee : r->function_order) fn->callees.emplace_back(callee, r->functions[callee]);
   // The text names values by their recording positions only: keep just the
   // structure (the recording's values are dropped with it).
   std::vector<std::string> returned;
@@ -312,12 +323,13 @@ std::shared_ptr<CapturedFunction> DeferredGraph::take_function(std::string* why)
   write_calls(*r, fn->values, *body, returned);
   std::vector<hlo::Parameter> params;
   for (size_t i = 0; i < r->params.size(); ++i) params.push_back({"arg" + std::to_string(i), r->param_types[i], -1});
-  const std::string head = "func.func private @" + fn->name;
-  fn->text = [head, params, results = fn->result_types, body, returned] {
+  const std::string head = "func.func private @" + function->name;
+  function->text = [head, params, results = function->results, body, returned] {
     std::string out;
     hlo::write_function(out, head, params, results, *body, returned);
     return out;
   };
+  fn->function = std::move(function);
   // The recorded values are computed by whoever records the function
   // (forward_to): nothing runs this graph.
   for (auto& w : r->produced) {

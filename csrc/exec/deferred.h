@@ -29,10 +29,20 @@ class DeferredGraph;
 class DeviceCheck;
 class Runtime;
 
+// A program that graphs record: a private function of their module.
+struct Function {
+  uint64_t fingerprint = 0;           // of its text (or structure): two texts never share one
+  std::string name;                   // "op_<fingerprint>", "graph_<fingerprint>"
+  std::function<std::string()> text;  // made only when a graph must be compiled
+  std::vector<hlo::Type> results;
+  std::vector<std::shared_ptr<const Function>> callees;  // the functions `text` calls
+};
+using FunctionPtr = std::shared_ptr<const Function>;
+
 // A device value that a recorded program will produce.
 class DeferredValue {
  public:
-  const hlo::Type& type() const { return type_; }
+  const hlo::Type& type() const { return fn_->results[result_]; }
   // The buffer, running the graph first if it has not run yet; throws the
   // graph's error if it failed.
   pjrt::BufferPtr resolve();
@@ -45,11 +55,11 @@ class DeferredValue {
 
  private:
   friend class DeferredGraph;
-  DeferredValue(DeferredGraph* graph, hlo::Type type, int call, int result)
-      : graph_(graph), type_(std::move(type)), call_(call), result_(result) {}
+  DeferredValue(DeferredGraph* graph, FunctionPtr fn, int call, int result)
+      : graph_(graph), fn_(std::move(fn)), call_(call), result_(result) {}
   DeferredGraph* graph_;  // null once resolved or failed
-  hlo::Type type_;
-  int call_, result_;     // which recorded program produced it
+  FunctionPtr fn_;        // the recorded program (its result types)
+  int call_, result_;     // which recorded call produced it
   pjrt::BufferPtr buffer_;
   std::string error_;
   std::shared_ptr<DeferredValue> forward_;
@@ -88,13 +98,12 @@ struct ProgramArg {
 // A recorded graph taken as one private function (torch.compile's capture):
 // recording it into another graph later is one call instead of the ops.
 struct CapturedFunction {
-  std::string name;  // "graph_<fingerprint of the structure>"
-  std::function<std::string()> text;
-  std::vector<std::pair<std::string, std::function<std::string()>>> callees;
+  // "graph_<fingerprint of the structure>"; its results: the values still
+  // held, then the checks' values. Null for an empty capture.
+  FunctionPtr function;
   std::vector<hlo::Type> param_types;
   std::vector<Origin> origins;          // per parameter
   std::vector<pjrt::BufferPtr> buffers;  // per parameter: its value when captured
-  std::vector<hlo::Type> result_types;  // the values still held, then the checks' values
   std::vector<std::pair<int, std::string>> checks;  // (result, message)
   // The values captured (results in order); valid until the capture is
   // bound to the tensors holding them.
@@ -113,16 +122,11 @@ class DeferredGraph {
   DeferredGraph(Runtime& runtime, int device, bool capture = false)
       : runtime_(runtime), device_(device), capture_(capture) {}
 
-  // Records the program `function_text` (a private function named `name`,
-  // see hlo::Builder::function) applied to `args`; returns its results.
-  // Runs the graph once it holds `max_programs()` programs.
-  // `function_text` is called only if the graph's program must be compiled
-  // (the executable cache misses), so it must stay valid until then.
-  // `callees`: functions that `function_text` calls (a captured graph's).
-  std::vector<DeferredPtr> record(
-      const std::string& name, const std::function<std::string()>& function_text, const std::vector<ProgramArg>& args,
-      const std::vector<hlo::Type>& results,
-      const std::vector<std::pair<std::string, std::function<std::string()>>>* callees = nullptr);
+  // Records a call of `fn` (see hlo::Builder::function) on `args`; returns
+  // its results. Runs the graph once it holds `max_programs()` calls.
+  // `fn->text` is called only if the graph's program must be compiled (the
+  // executable cache misses).
+  std::vector<DeferredPtr> record(const FunctionPtr& fn, const std::vector<ProgramArg>& args);
   // A device-side check (rank-0 pred) verified after the graph ran.
   // (The check is the guard of the values computed from it: device_check.h.)
   std::shared_ptr<DeviceCheck> add_check(DeferredPtr ok, std::string message);
@@ -153,9 +157,8 @@ class DeferredGraph {
     int index;
   };
   struct Call {
-    std::string name;
+    FunctionPtr fn;
     std::vector<Ref> args;
-    std::vector<hlo::Type> results;
   };
   // What was recorded since the graph last ran.
   struct Recording {
@@ -165,8 +168,6 @@ class DeferredGraph {
     std::unordered_map<const pjrt::Buffer*, int> param_index;
     std::unordered_map<int, std::weak_ptr<DeferredValue>> successors;  // by parameter
     std::vector<Call> calls;
-    std::vector<std::string> function_order;
-    std::unordered_map<std::string, std::function<std::string()>> functions;  // texts, made on a miss
     std::vector<std::weak_ptr<DeferredValue>> produced;
     std::vector<std::shared_ptr<DeviceCheck>> checks;
     std::unordered_multimap<const pjrt::Buffer*, int> duplicates;  // capture: a buffer's other origins
@@ -175,6 +176,8 @@ class DeferredGraph {
   void flush_locked();
   // The values something still holds, in recording order, then the checks'.
   static std::vector<DeferredPtr> live_values(const Recording& r);
+  // The distinct functions `r` calls, each after the functions it calls.
+  static std::vector<FunctionPtr> functions(const Recording& r);
   // The calls of `r` as function body text returning `live`.
   static void write_calls(const Recording& r, const std::vector<DeferredPtr>& live, std::string& body,
                           std::vector<std::string>& returned);
