@@ -628,8 +628,11 @@ def shrink(worker: Worker, p: Program, timeout: float) -> Program:
 
 
 def fuzz(seed: int = 0, programs: int = 100, minutes: float | None = None, mode: str = "strict",
-         timeout: float = 60.0, log=print) -> dict:
-    """Runs random programs; returns counts and the (shrunk) findings."""
+         timeout: float = 60.0, log=print, progress: int = 0) -> dict:
+    """Runs random programs; returns counts and the (shrunk) findings.
+
+    `progress` > 0 logs a line every that many programs, so that a long run
+    that is stopped still says how far it got."""
     rng = random.Random(seed)
     worker = Worker(mode)
     findings = []
@@ -645,6 +648,9 @@ def fuzz(seed: int = 0, programs: int = 100, minutes: float | None = None, mode:
                 again = worker.run(small, timeout) or found
                 findings.append({"finding": again, "program": small.to_json(), "python": as_python(small)})
                 log(f"[fuzz] program {ran}: {again}\n{as_python(small)}")
+            if progress and ran % progress == 0:
+                log(f"[fuzz] {ran} programs in {mode} eager, {time.monotonic() - start:.0f} s, "
+                    f"{len(findings)} findings")
     finally:
         worker.close()
     return {"programs": ran, "mode": mode, "seed": seed, "seconds": time.monotonic() - start, "findings": findings}
@@ -657,8 +663,10 @@ def main():
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--mode", choices=["strict", "fused", "debug"], default="strict")
     ap.add_argument("--report", default=None, help="write the findings as JSON")
+    ap.add_argument("--progress", type=int, default=1000, help="log a line every this many programs (0: never)")
     args = ap.parse_args()
-    result = fuzz(args.seed, args.programs, args.minutes, args.mode)
+    result = fuzz(args.seed, args.programs, args.minutes, args.mode,
+                  log=lambda line: print(line, flush=True), progress=args.progress)
     print(f"[fuzz] {result['programs']} programs in {result['mode']} eager, {result['seconds']:.0f} s, "
           f"{len(result['findings'])} findings")
     if args.report:
