@@ -7,6 +7,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/ConvUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/strides.h>
@@ -428,6 +429,38 @@ std::optional<at::Tensor> roll_layout(const Entry& e, const std::vector<c10::IVa
   return at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()).device(at::kMeta).memory_format(format));
 }
 
+// A CPU tensor with t's sizes, strides and dtype and no memory: enough for
+// PyTorch's CPU convolution to choose its backend, which reads only these.
+at::Tensor cpu_shell(const at::Tensor& t) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr,
+                       false);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides());
+  return at::Tensor(std::move(impl));
+}
+
+// The memory format of a 2-d or 3-d convolution's results on CPU (forward and
+// backward): that of the backend CPU PyTorch would choose for these operands
+// (oneDNN and the 2-d fallbacks keep channels-last input or weight; the
+// 3-d fallback, e.g. for float64, is contiguous). The choice is made as for a
+// call that needs no backward (one program serves both).
+at::MemoryFormat cpu_convolution_format(const at::Tensor& input, const at::Tensor& weight,
+                                        const std::vector<c10::IValue>& args, size_t stride_at, bool has_bias_sizes) {
+  const at::Tensor in = cpu_shell(input), w = cpu_shell(weight);
+  const std::vector<int64_t> stride = args[stride_at].toIntVector(), padding = args[stride_at + 1].toIntVector(),
+                             dilation = args[stride_at + 2].toIntVector(),
+                             output_padding = args[stride_at + 4].toIntVector();
+  std::optional<std::vector<int64_t>> bias_sizes;
+  if (has_bias_sizes && stride_at > 0 && args[stride_at - 1].isIntList()) bias_sizes = args[stride_at - 1].toIntVector();
+  at::native::ConvBackend backend = at::native::select_conv_backend(
+      in, w, std::nullopt, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+      c10::fromIntArrayRefSlow(dilation), args[stride_at + 3].toBool(), c10::fromIntArrayRefSlow(output_padding),
+      c10::SymInt(args[stride_at + 5].toInt()),
+      bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes)) : at::OptionalSymIntArrayRef());
+  return at::native::_determine_backend_memory_format(in, w, backend);
+}
+
 // Results whose CPU kernels lay them out otherwise than their meta kernels:
 //  - linalg_eig's eigenvectors: column-major per matrix, as LAPACK writes
 //    them (the meta kernel's are contiguous);
@@ -435,15 +468,29 @@ std::optional<at::Tensor> roll_layout(const Entry& e, const std::vector<c10::IVa
 //    operands' layout);
 //  - batch norm's output: in its input's suggested memory format, which is
 //    channels-last or contiguous (the meta kernel keeps any permutation);
+//  - a 2-d or 3-d convolution's output, input gradient and weight gradient:
+//    in the memory format of CPU's backend for the operands (the meta
+//    kernels' are contiguous);
 //  - a 1-d convolution's output: CPU convolves a contiguous input viewed as
 //    2-d, so the output is channels-last exactly when the weight viewed as
 //    2-d is (the meta kernel follows the input).
 void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, std::vector<at::Tensor>& meta) {
-  if (meta.empty() || !meta[0].defined()) return;
+  if (meta.empty()) return;
   const std::string& f = e.functional;
   auto contiguous_like = [](const at::Tensor& m, at::MemoryFormat format) {
     return at::empty(m.sizes(), m.options().memory_format(format));
   };
+  if ((f == "aten::convolution_backward" || f == "aten::convolution_backward_overrideable") && args.size() >= 10 &&
+      args[1].isTensor() && args[2].isTensor() && (args[1].toTensor().dim() == 4 || args[1].toTensor().dim() == 5)) {
+    const bool overrideable = f == "aten::convolution_backward_overrideable";
+    const at::MemoryFormat format = cpu_convolution_format(args[1].toTensor(), args[2].toTensor(), args,
+                                                           overrideable ? 3 : 4, !overrideable);
+    for (size_t i = 0; i < 2 && i < meta.size(); ++i) {
+      if (meta[i].defined()) meta[i] = contiguous_like(meta[i], format);
+    }
+    return;
+  }
+  if (!meta[0].defined()) return;
   if (f == "aten::linalg_eig" && meta.size() == 2 && meta[1].dim() >= 2) {
     const at::Tensor& v = meta[1];
     std::vector<int64_t> strides = v.strides().vec();
@@ -456,6 +503,10 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
   } else if ((f == "aten::native_batch_norm" || f.rfind("aten::_native_batch_norm_legit", 0) == 0) && !args.empty() &&
              args[0].isTensor()) {
     meta[0] = contiguous_like(meta[0], args[0].toTensor().suggest_memory_format());
+  } else if ((f == "aten::convolution" || f == "aten::convolution_overrideable") &&
+             (meta[0].dim() == 4 || meta[0].dim() == 5) && args.size() >= 9 && args[0].isTensor() &&
+             args[1].isTensor()) {
+    meta[0] = contiguous_like(meta[0], cpu_convolution_format(args[0].toTensor(), args[1].toTensor(), args, 3, false));
   } else if ((f == "aten::convolution" || f == "aten::convolution_overrideable") && meta[0].dim() == 3 &&
              args.size() > 1 && args[1].isTensor() && args[1].toTensor().dim() == 3) {
     const bool cl = args[1].toTensor().unsqueeze(2).suggest_memory_format() == at::MemoryFormat::ChannelsLast;

@@ -360,6 +360,44 @@ def test_kernel_layouts_are_cpus(name):
     assert_same(got, want, rtol=1e-4, atol=1e-4)
 
 
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed"])
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("channels_last", ["input", "weight"])
+def test_convolution_results_and_gradients_are_laid_out_as_on_cpu(channels_last, dims, transposed, dtype):
+    """A 2-d or 3-d convolution's output and its input and weight gradients
+    are in the memory format of the backend CPU chooses: channels-last when
+    the input or the weight is (oneDNN, the 2-d fallbacks), contiguous for
+    the 3-d fallback (float64). The meta kernels say contiguous always."""
+    k = dims + 2
+    fmt = _CHANNELS_LAST[k]
+
+    def run(dev):
+        x = _t(2, 4, *([5] * dims)).to(dtype).to(dev)
+        w = _t(4, 2, *([3] * dims), seed=1).to(dtype).to(dev)
+        if channels_last == "input":
+            x = x.to(memory_format=fmt)
+        else:
+            w = w.to(memory_format=fmt)
+        x.requires_grad_()
+        w.requires_grad_()
+        y = torch.ops.aten.convolution(x, w, None, [1] * dims, [1] * dims, [1] * dims, transposed, [0] * dims, 2)
+        y.backward(torch.ones_like(y))
+        # A reshape of a channels-last result copies on CPU: the write must
+        # not reach y (on tpu it would if y were contiguous).
+        y = y.detach()
+        y.reshape(-1).add_(1)
+        return y, x.grad, w.grad
+
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    for got, want in zip(run("tpu"), run("cpu")):
+        assert got.stride() == want.stride(), (got.stride(), want.stride())
+        assert_same(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("x", [0.0, 1.0, [1.0, 1.0, 0.0], [0.0, 0.0], "zeros23", "eye2", [[1.0, 0.0, 0.0]], "zeros03"],
                          ids=str)
 def test_nonzero_is_laid_out_column_by_column_as_on_cpu(x):
