@@ -461,13 +461,33 @@ at::MemoryFormat cpu_convolution_format(const at::Tensor& input, const at::Tenso
   return at::native::_determine_backend_memory_format(in, w, backend);
 }
 
+// The ops whose CPU kernels give their first result the suggested memory
+// format of one input: that argument's position.
+std::optional<size_t> follows_input_format(const std::string& f) {
+  static const std::unordered_map<std::string, size_t> table = {
+      {"aten::native_batch_norm", 0},          {"aten::_native_batch_norm_legit", 0},
+      {"aten::_native_batch_norm_legit.no_stats", 0}, {"aten::_native_batch_norm_legit_no_training", 0},
+      {"aten::reflection_pad2d", 0},           {"aten::reflection_pad3d", 0},
+      {"aten::replication_pad2d", 0},          {"aten::replication_pad3d", 0},
+      {"aten::reflection_pad2d_backward", 1},  {"aten::reflection_pad3d_backward", 1},
+      {"aten::replication_pad2d_backward", 1}, {"aten::replication_pad3d_backward", 1},
+      {"aten::max_unpool2d", 0},               {"aten::channel_shuffle", 0},
+      {"aten::pixel_shuffle", 0},              {"aten::pixel_unshuffle", 0},
+  };
+  auto it = table.find(f);
+  if (it == table.end()) return std::nullopt;
+  return it->second;
+}
+
 // Results whose CPU kernels lay them out otherwise than their meta kernels:
 //  - linalg_eig's eigenvectors: column-major per matrix, as LAPACK writes
 //    them (the meta kernel's are contiguous);
 //  - normal of tensor means or stds: contiguous (the meta kernel follows the
 //    operands' layout);
-//  - batch norm's output: in its input's suggested memory format, which is
-//    channels-last or contiguous (the meta kernel keeps any permutation);
+//  - batch norm's output, the reflection and replication pads' outputs and
+//    input gradients, max_unpool2d's, channel_shuffle's and pixel_shuffle's
+//    outputs: in the (forward) input's suggested memory format, channels-last
+//    or contiguous (the meta kernels say contiguous or keep any permutation);
 //  - a 2-d or 3-d convolution's output, input gradient and weight gradient:
 //    in the memory format of CPU's backend for the operands (the meta
 //    kernels' are contiguous);
@@ -500,9 +520,8 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
     meta[1] = at::empty_strided(v.sizes(), strides, v.options());
   } else if (f == "aten::normal.Tensor_Tensor" || f == "aten::normal.Tensor_float" || f == "aten::normal.float_Tensor") {
     meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
-  } else if ((f == "aten::native_batch_norm" || f.rfind("aten::_native_batch_norm_legit", 0) == 0) && !args.empty() &&
-             args[0].isTensor()) {
-    meta[0] = contiguous_like(meta[0], args[0].toTensor().suggest_memory_format());
+  } else if (std::optional<size_t> like = follows_input_format(f); like && *like < args.size() && args[*like].isTensor()) {
+    meta[0] = contiguous_like(meta[0], args[*like].toTensor().suggest_memory_format());
   } else if ((f == "aten::convolution" || f == "aten::convolution_overrideable") &&
              (meta[0].dim() == 4 || meta[0].dim() == 5) && args.size() >= 9 && args[0].isTensor() &&
              args[1].isTensor()) {

@@ -382,11 +382,57 @@ std::vector<Value> lower_channel_shuffle(Context& c) {
   return one(b.reshape(b.transpose(b.reshape(c.args.tensor(0), split), perm), in.sizes));
 }
 
+// pixel_shuffle(self, r): [*, C*r*r, H, W] -> [*, C, H*r, W*r], and
+// pixel_unshuffle(self, r) its inverse: a reshape, a permutation, a reshape.
+std::vector<Value> lower_pixel_shuffle(Context& c, bool shuffle) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t r = c.args.int_(1);
+  const char* name = shuffle ? "pixel_shuffle" : "pixel_unshuffle";
+  const char* factor = shuffle ? "upscale_factor" : "downscale_factor";
+  TORCH_CHECK(in.dim() >= 3, name, " expects input to have at least 3 dimensions, but got input with ", in.dim(),
+              " dimension(s)");
+  TORCH_CHECK(r > 0, name, " expects a positive ", factor, ", but got ", r);
+  const int64_t k = in.dim();
+  const int64_t ch = in.sizes[k - 3], h = in.sizes[k - 2], w = in.sizes[k - 1];
+  if (shuffle) {
+    TORCH_CHECK(ch % (r * r) == 0, "pixel_shuffle expects its input's 'channel' dimension to be divisible by the "
+                "square of upscale_factor, but input.size(-3)=", ch, " is not divisible by ", r * r);
+  } else {
+    TORCH_CHECK(h % r == 0, "pixel_unshuffle expects height to be divisible by downscale_factor, but input.size(-2)=",
+                h, " is not divisible by ", r);
+    TORCH_CHECK(w % r == 0, "pixel_unshuffle expects width to be divisible by downscale_factor, but input.size(-1)=",
+                w, " is not divisible by ", r);
+  }
+  const Dims batch(in.sizes.begin(), in.sizes.end() - 3);
+  const int64_t n = static_cast<int64_t>(batch.size());
+  auto with_batch = [&](std::initializer_list<int64_t> tail) {
+    Dims d = batch;
+    d.insert(d.end(), tail);
+    return d;
+  };
+  Dims perm;
+  for (int64_t d = 0; d < n; ++d) perm.push_back(d);
+  Dims split, out;
+  if (shuffle) {  // [*, C, r, r, H, W] -> [*, C, H, r, W, r]
+    split = with_batch({ch / (r * r), r, r, h, w});
+    for (int64_t d : {0, 3, 1, 4, 2}) perm.push_back(n + d);
+    out = with_batch({ch / (r * r), h * r, w * r});
+  } else {  // [*, C, H, r, W, r] -> [*, C, r, r, H, W]
+    split = with_batch({ch, h / r, r, w / r, r});
+    for (int64_t d : {0, 2, 4, 1, 3}) perm.push_back(n + d);
+    out = with_batch({ch * r * r, h / r, w / r});
+  }
+  Builder& b = c.b;
+  return one(b.reshape(b.transpose(b.reshape(c.args.tensor(0), split), perm), out));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(tensor) {
   reg("aten::fill.Scalar", lower_fill);
   reg("aten::channel_shuffle", lower_channel_shuffle);
+  reg("aten::pixel_shuffle", [](Context& c) { return lower_pixel_shuffle(c, true); });
+  reg("aten::pixel_unshuffle", [](Context& c) { return lower_pixel_shuffle(c, false); });
   // _efficientzerotensor(size, *, dtype, ...): autograd's zero gradients
   // (a plain zero tensor here; PyTorch's ZeroTensor key is a CPU/CUDA nicety).
   reg("aten::_efficientzerotensor", [](Context& c) {

@@ -328,6 +328,10 @@ def _lt(t):  # the same values, the last two dims swapped in memory
     return t.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
+def _cl(t):  # the same values, channels-last (2-d or 3-d)
+    return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+
+
 _KERNEL_LAYOUTS = {
     # CPU's kernels lay these out otherwise than PyTorch's meta kernels.
     "conv1d_weight_channels_last": lambda x: torch.nn.functional.conv1d(x(_t(2, 4, 9)), _lt(x(_t(5, 4, 3)))),
@@ -336,6 +340,23 @@ _KERNEL_LAYOUTS = {
     "batch_norm_3d": lambda x: torch.nn.functional.batch_norm(_lt(x(_t(3, 4, 5))), None, None, training=True),
     "batch_norm_channels_last": lambda x: torch.nn.functional.batch_norm(
         x(_t(2, 4, 3, 3)).to(memory_format=torch.channels_last), None, None, training=True),
+    "pixel_shuffle_channels_last": lambda x: torch.nn.functional.pixel_shuffle(_cl(x(_t(2, 8, 3, 3))), 2),
+    "pixel_unshuffle_channels_last": lambda x: torch.nn.functional.pixel_unshuffle(_cl(x(_t(2, 2, 4, 6))), 2),
+    "pixel_shuffle_batched": lambda x: torch.nn.functional.pixel_shuffle(x(_t(2, 3, 9, 2, 3)), 3),
+    "pixel_unshuffle_3d": lambda x: torch.nn.functional.pixel_unshuffle(x(_t(2, 4, 6)), 2),
+    "channel_shuffle_channels_last": lambda x: torch.nn.functional.channel_shuffle(_cl(x(_t(2, 6, 3, 3))), 3),
+    "channel_shuffle_channels_last_3d": lambda x: torch.nn.functional.channel_shuffle(_cl(x(_t(2, 4, 2, 3, 3))), 2),
+    "max_unpool2d_channels_last": lambda x: torch.nn.functional.max_unpool2d(
+        *torch.nn.functional.max_pool2d(_cl(x(_t(2, 3, 4, 6))), 2, return_indices=True), 2),
+    "reflection_pad2d_channels_last": lambda x: torch.nn.functional.pad(_cl(x(_t(2, 3, 4, 5))), (1, 2, 2, 1), "reflect"),
+    "replication_pad3d_channels_last": lambda x: torch.nn.functional.pad(_cl(x(_t(2, 3, 3, 4, 5))), (1, 0, 2, 1, 1, 1),
+                                                                         "replicate"),
+    "replication_pad2d_negative": lambda x: torch.nn.functional.pad(_cl(x(_t(2, 3, 4, 5))), (-1, 2, 1, -1),
+                                                                    "replicate"),
+    "reflection_pad2d_backward": lambda x: torch.ops.aten.reflection_pad2d_backward(
+        _cl(x(_t(2, 3, 6, 7))), _cl(x(_t(2, 3, 4, 5, seed=1))), [1, 1, 1, 1]),
+    "replication_pad3d_backward": lambda x: torch.ops.aten.replication_pad3d_backward(
+        x(_t(2, 3, 5, 6, 7)), _cl(x(_t(2, 3, 3, 4, 5, seed=1))), [1, 1, 1, 1, 1, 1]),
     "normal_tensors": lambda x: torch.normal(_lt(x(_t(3, 4, 2))), _lt(x(_t(3, 4, 2))).abs()) * 0,
     "sdpa_3d_transposed": lambda x: torch.nn.functional.scaled_dot_product_attention(
         _lt(x(_t(4, 3, 8))), _lt(x(_t(4, 6, 8, seed=1))), _lt(x(_t(4, 6, 8, seed=2)))),
@@ -350,10 +371,13 @@ _KERNEL_LAYOUTS = {
 @pytest.mark.parametrize("name", sorted(_KERNEL_LAYOUTS))
 def test_kernel_layouts_are_cpus(name):
     """Results whose CPU kernels' layouts differ from the meta kernels'
-    (a sweep of OpInfo samples with transposed inputs found them): 1-d
-    convolutions follow the weight, batch norm the input's suggested format,
-    normal of tensors and 3-d attention are contiguous, resize_as_ to the
-    same shape keeps strides, empty batches of solves are column-major."""
+    (sweeps of OpInfo samples with transposed and channels-last inputs
+    found them): 1-d convolutions follow the weight; batch norm, the
+    reflection and replication pads (and their input gradients),
+    max_unpool2d, channel_shuffle and pixel_(un)shuffle the input's
+    suggested format; normal of tensors and 3-d attention are contiguous,
+    resize_as_ to the same shape keeps strides, empty batches of solves are
+    column-major."""
     fn = _KERNEL_LAYOUTS[name]
     want, got = fn(lambda t: t), fn(lambda t: t.to("tpu"))
     assert got.stride() == want.stride(), (got.stride(), want.stride())
