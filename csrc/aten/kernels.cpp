@@ -467,6 +467,7 @@ std::optional<size_t> follows_input_format(const std::string& f) {
   static const std::unordered_map<std::string, size_t> table = {
       {"aten::native_batch_norm", 0},          {"aten::_native_batch_norm_legit", 0},
       {"aten::_native_batch_norm_legit.no_stats", 0}, {"aten::_native_batch_norm_legit_no_training", 0},
+      {"aten::_batch_norm_with_update", 0},    {"aten::_batch_norm_no_update", 0},
       {"aten::reflection_pad2d", 0},           {"aten::reflection_pad3d", 0},
       {"aten::replication_pad2d", 0},          {"aten::replication_pad3d", 0},
       {"aten::reflection_pad2d_backward", 1},  {"aten::reflection_pad3d_backward", 1},
@@ -480,8 +481,8 @@ std::optional<size_t> follows_input_format(const std::string& f) {
 }
 
 // Results whose CPU kernels lay them out otherwise than their meta kernels:
-//  - linalg_eig's eigenvectors: column-major per matrix, as LAPACK writes
-//    them (the meta kernel's are contiguous);
+//  - linalg_eig's eigenvectors and _linalg_svd's Vh: column-major per
+//    matrix, as LAPACK writes them (the meta kernels' are row-major);
 //  - normal of tensor means or stds: contiguous (the meta kernel follows the
 //    operands' layout);
 //  - batch norm's output, the reflection and replication pads' outputs and
@@ -511,13 +512,25 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
     return;
   }
   if (!meta[0].defined()) return;
+  // A batch of column-major matrices, as LAPACK writes them.
+  auto column_major = [](const at::Tensor& m) {
+    const int64_t r = m.dim();
+    std::vector<int64_t> strides(r);
+    int64_t next = 1;
+    for (int64_t d : {r - 2, r - 1}) {
+      strides[d] = next;
+      next *= std::max<int64_t>(m.size(d), 1);
+    }
+    for (int64_t d = r - 3; d >= 0; --d) {
+      strides[d] = next;
+      next *= std::max<int64_t>(m.size(d), 1);
+    }
+    return at::empty_strided(m.sizes(), strides, m.options());
+  };
   if (f == "aten::linalg_eig" && meta.size() == 2 && meta[1].dim() >= 2) {
-    const at::Tensor& v = meta[1];
-    std::vector<int64_t> strides = v.strides().vec();
-    const int64_t r = v.dim();
-    strides[r - 2] = 1;
-    strides[r - 1] = std::max<int64_t>(v.size(r - 1), 1);
-    meta[1] = at::empty_strided(v.sizes(), strides, v.options());
+    meta[1] = column_major(meta[1]);
+  } else if (f == "aten::_linalg_svd" && meta.size() == 3 && meta[2].defined() && meta[2].dim() >= 2) {
+    meta[2] = column_major(meta[2]);  // (the meta kernel's Vh is row-major)
   } else if (f == "aten::normal.Tensor_Tensor" || f == "aten::normal.Tensor_float" || f == "aten::normal.float_Tensor") {
     meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
   } else if (std::optional<size_t> like = follows_input_format(f); like && *like < args.size() && args[*like].isTensor()) {

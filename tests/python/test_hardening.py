@@ -365,6 +365,10 @@ _KERNEL_LAYOUTS = {
     "resize_as_same_shape": lambda x: _lt(x(_t(5, 5, 5))).resize_as_(x(_t(5, 5, 5))),
     "solve_empty_batch": lambda x: torch.linalg.solve(x(torch.eye(5).expand(0, 5, 5)), x(torch.ones(0, 5, 3))),
     "eig_vectors": lambda x: torch.linalg.eig(x(_t(2, 4, 4)))[1].abs(),
+    "svd_vh_wide": lambda x: torch.linalg.svd(x(_t(2, 3, 5)), full_matrices=False)[2].abs(),
+    "svd_vh_tall_full": lambda x: torch.linalg.svd(x(_t(4, 3)))[2].abs(),
+    "batch_norm_with_update_transposed": lambda x: torch.ops.aten._batch_norm_with_update(
+        _lt(x(_t(4, 5, 3))), x(torch.ones(5)), x(torch.zeros(5)), x(torch.zeros(5)), x(torch.ones(5)), 0.1, 1e-5)[0],
 }
 
 
@@ -376,8 +380,8 @@ def test_kernel_layouts_are_cpus(name):
     reflection and replication pads (and their input gradients),
     max_unpool2d, channel_shuffle and pixel_(un)shuffle the input's
     suggested format; normal of tensors and 3-d attention are contiguous,
-    resize_as_ to the same shape keeps strides, empty batches of solves are
-    column-major."""
+    resize_as_ to the same shape keeps strides, empty batches of solves and
+    svd's Vh are column-major."""
     fn = _KERNEL_LAYOUTS[name]
     want, got = fn(lambda t: t), fn(lambda t: t.to("tpu"))
     assert got.stride() == want.stride(), (got.stride(), want.stride())

@@ -45,28 +45,40 @@ def test_no_fallback_needed(report):
     assert report["summary"].get("float32_pass_only_with_cpu_fallback", []) == []
 
 
-# Ops whose results of transposed inputs are still laid out otherwise than
-# on CPU (their meta kernels' layouts differ from the CPU kernels'): none
-# now; kernels.cpp's cpu_kernel_layouts corrects the meta kernels that differ.
-_LAYOUT_KNOWN = set()
+# Ops whose results are still laid out otherwise than on CPU (kernels.cpp's
+# cpu_kernel_layouts corrects the meta kernels that differ from CPU's):
+#  - linalg.lstsq: it has no meta kernel, and CPU's solution is a view of
+#    LAPACK's column-major (max(m, n), k) buffer (not dense when m > n).
+_LAYOUT_KNOWN = {"linalg.lstsq"}
 
 
-def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
-    """Every OpInfo op of two or more tensors, its samples (float32, the
-    first six) with transposed inputs: the results' strides (of dims longer
-    than 1) are CPU's. Layouts decide which
-    later views and in-place writes alias what (TensorIterator's rules)."""
+def _transposed(t):
+    import torch
+
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 2 and t.numel() > 1:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    return t
+
+
+def _channels_last(t):
+    import torch
+
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() in (4, 5) and t.numel() > 1:
+        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    return t
+
+
+def _layout_sweep(relayout, takes, samples_per_op):
+    """Every OpInfo op whose float32 samples (the first few) have operands
+    `takes` accepts, each operand relaid out by `relayout`: the ops whose
+    results' strides (of dims longer than 1) differ from CPU's, and how many
+    results were compared."""
     import warnings
 
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
     import torch_tpu  # noqa: F401
-
-    def transposed(t):
-        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.dim() >= 2 and t.numel() > 1:
-            return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-        return t
 
     def to_tpu(t):
         return t.to("tpu") if isinstance(t, torch.Tensor) else t
@@ -81,23 +93,51 @@ def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
             if torch.float32 not in op.dtypes:
                 continue
             try:
-                samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:6]
+                samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:samples_per_op]
             except Exception:  # noqa: BLE001  (samples this torch build cannot make)
                 continue
             for s in samples:
-                args = [transposed(s.input)] + [transposed(a) for a in s.args]
-                if sum(isinstance(a, torch.Tensor) and a.dim() >= 1 for a in args) < 2:
+                args = [relayout(s.input)] + [relayout(a) for a in s.args]
+                kwargs = {k: relayout(v) for k, v in s.kwargs.items()}
+                if not takes(args):
                     continue
                 try:
-                    want = op.op(*args, **s.kwargs)
-                    if not isinstance(want, torch.Tensor) or want.layout != torch.strided:
-                        continue
-                    got = op.op(*[to_tpu(a) for a in args], **{k: to_tpu(v) for k, v in s.kwargs.items()})
+                    want = op.op(*args, **kwargs)
+                    got = op.op(*[to_tpu(a) for a in args], **{k: to_tpu(v) for k, v in kwargs.items()})
                 except Exception:  # noqa: BLE001  (errors are the conformance harness's business)
                     continue
-                checked += 1
-                if strides(got) != strides(want):
-                    wrong.setdefault(op.name, (tuple(want.shape), want.stride(), got.stride()))
+                wants = want if isinstance(want, (tuple, list)) else [want]
+                gots = got if isinstance(got, (tuple, list)) else [got]
+                for w, g in zip(wants, gots):
+                    if not isinstance(w, torch.Tensor) or w.layout != torch.strided or not isinstance(g, torch.Tensor):
+                        continue
+                    checked += 1
+                    if strides(g) != strides(w):
+                        wrong.setdefault(op.name, (tuple(w.shape), w.stride(), g.stride()))
+    return {k: v for k, v in wrong.items() if k not in _LAYOUT_KNOWN}, checked
+
+
+def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
+    """Every OpInfo op of two or more tensors, its samples (float32, the
+    first six) with transposed inputs: the results' strides (of dims longer
+    than 1) are CPU's. Layouts decide which later views and in-place writes
+    alias what (TensorIterator's rules)."""
+    import torch
+
+    wrong, checked = _layout_sweep(
+        _transposed, lambda args: sum(isinstance(a, torch.Tensor) and a.dim() >= 1 for a in args) >= 2, 6)
     assert checked > 500, checked
-    unexpected = {k: v for k, v in wrong.items() if k not in _LAYOUT_KNOWN}
-    assert not unexpected, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {unexpected}"
+    assert not wrong, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {wrong}"
+
+
+def test_results_of_channels_last_inputs_are_laid_out_as_on_cpu():
+    """Every OpInfo op with a 4-d or 5-d operand, its samples (float32, the
+    first eight) with every such operand channels-last: the results' strides
+    are CPU's (convolutions, pads, unpooling, shuffles and norms choose their
+    results' format from their operands' on CPU)."""
+    import torch
+
+    wrong, checked = _layout_sweep(
+        _channels_last, lambda args: any(isinstance(a, torch.Tensor) and a.dim() in (4, 5) for a in args), 8)
+    assert checked > 300, checked
+    assert not wrong, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {wrong}"
