@@ -263,7 +263,9 @@ TPU_LOWERINGS(activation) {
   reg("aten::softshrink", [](Context& c) {
     const double l = dbl(c, 1, 0.5);
     return act(c, [&](Builder& b, Value x) {
-      Value r = b.select(gt(b, x, l), b.sub(x, k(b, l, x)), zero_like(b, x));
+      // NaN stays NaN (CPU's band is x * 0 in its scalar kernel, +0 or NaN
+      // in its vectorized one: the sign of a zero differs between the two).
+      Value r = b.select(gt(b, x, l), b.sub(x, k(b, l, x)), b.select(b.compare(Cmp::NE, x, x), x, zero_like(b, x)));
       return b.select(lt(b, x, -l), b.add(x, k(b, l, x)), r);
     });
   });

@@ -141,9 +141,9 @@ Value floor_div_float(Builder& b, Value a, Value d) {
   Value fl = b.unary("stablehlo.floor", div);
   fl = b.select(b.compare(Cmp::GT, b.sub(div, fl), full_like(b, 0.5, div)), b.add(fl, full_like(b, 1, fl)), fl);
   Value q = b.div(a, d);
-  // A zero quotient takes the sign of a / d.
-  Value signed_zero = b.select(b.compare(Cmp::LT, q, zero), b.neg(zero), zero);
-  fl = b.select(b.compare(Cmp::EQ, div, zero), signed_zero, fl);
+  // A zero quotient takes the sign of a / d (copysign(0, a / d)): q * 0 is
+  // that zero, since |q| < 1 where div is 0 (a comparison would miss -0).
+  fl = b.select(b.compare(Cmp::EQ, div, zero), b.mul(q, zero), fl);
   // Division by zero gives a / d (inf or nan), like C.
   return b.select(b.compare(Cmp::EQ, d, zero), q, fl);
 }
@@ -373,7 +373,10 @@ std::vector<Value> lower_sign(Context& c) {
   if (t == at::kBool) return one(x);
   Builder& b = c.b;
   Value s = b.unary("stablehlo.sign", cast(b, x, opmath_type(t)));
-  if (c10::isFloatingType(t)) s = b.select(is_nan(b, x), b.zeros(b.type(s)), s);  // sign(nan) = 0
+  // sign(nan) = 0 and sign(-0) = +0 (stablehlo.sign gives nan and -0).
+  if (c10::isFloatingType(t)) {
+    s = b.select(b.or_(is_nan(b, x), b.compare(Cmp::EQ, x, b.zeros(b.type(x)))), b.zeros(b.type(s)), s);
+  }
   return one(cast(b, s, t));
 }
 
