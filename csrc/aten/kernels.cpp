@@ -74,13 +74,6 @@ torch::Library& library_for(const std::string& ns) {
   return *lib;
 }
 
-const Entry& entry_for(const c10::OperatorName& name) {
-  std::lock_guard<std::mutex> lock(g_entries_mu);
-  auto it = entries().find(name);
-  TORCH_CHECK(it != entries().end(), "torch_tpu: no kernel entry for ", name);
-  return it->second;
-}
-
 bool is_tpu(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
@@ -924,23 +917,30 @@ bool index_put_into_expanded(const Entry& e, const std::vector<c10::IValue>& arg
   return true;
 }
 
-void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// The boxed kernel of every lowered op. A plugin that runs out of device
-// memory says RESOURCE_EXHAUSTED: that is torch.OutOfMemoryError, as on CUDA
-// (the process goes on; freeing tensors and retrying can succeed).
-void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  try {
-    run_lowered(op, stack);
-  } catch (const pjrt::Error& err) {
-    TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
-                     "tpu: out of device memory in ", op.operator_name(), ": ", err.what());
-    throw;
+// The boxed kernel of every lowered op, holding the op's entry (registered
+// once per op: no lookup by name on each call). A plugin that runs out of
+// device memory says RESOURCE_EXHAUSTED: that is torch.OutOfMemoryError, as
+// on CUDA (the process goes on; freeing tensors and retrying can succeed).
+class LoweredKernel final : public c10::OperatorKernel {
+ public:
+  explicit LoweredKernel(const Entry& e) : e_(e) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) const {
+    try {
+      run_lowered(e_, op, stack);
+    } catch (const pjrt::Error& err) {
+      TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
+                       "tpu: out of device memory in ", op.operator_name(), ": ", err.what());
+      throw;
+    }
   }
-}
 
-void run_lowered(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const Entry& e = entry_for(op.operator_name());
+ private:
+  const Entry& e_;  // (entries are never removed; a map's nodes do not move)
+};
+
+void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
@@ -1067,8 +1067,10 @@ void register_variant(const std::string& variant, const std::string& functional,
     }
   }
   std::lock_guard<std::mutex> lock(g_entries_mu);
-  if (!entries().emplace(opname, std::move(e)).second) return;  // already registered
-  library_for(ns).impl(c10::toString(opname).c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+  auto [it, added] = entries().emplace(opname, std::move(e));
+  if (!added) return;  // already registered
+  library_for(ns).impl(c10::toString(opname).c_str(),
+                       torch::CppFunction::makeFromBoxedFunctor(std::make_unique<LoweredKernel>(it->second)));
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {
