@@ -21,7 +21,20 @@ Value operand(Context& c, size_t i, at::ScalarType t, const Dims& dims) {
   return b.broadcast_to(v, dims);
 }
 
-Promoted promote2(Context& c, size_t i, size_t j, bool opmath) {
+Value operand(Context& c, size_t i, at::ScalarType result, at::ScalarType compute, const Dims& dims) {
+  if (result == compute || (c.args.is_tensor(i) && c.args.info(i).dtype == result)) {
+    return operand(c, i, compute, dims);
+  }
+  // Through `compute` first: c10's reduced float types are made from a float,
+  // so a double or an int64 is rounded twice on CPU too.
+  Builder& b = c.b;
+  Value v = c.args.is_tensor(i) ? cast(b, c.args.tensor(i), compute) : c.args.scalar_value(i, to_hlo(compute));
+  return b.broadcast_to(cast(b, cast(b, v, result), compute), dims);
+}
+
+bool is_scalar_operand(Context& c, size_t i) { return !c.args.is_tensor(i) || c.args.info(i).sizes.empty(); }
+
+Promoted promote2(Context& c, size_t i, size_t j, bool opmath, bool exact_right) {
   ResultType r;
   promote_arg(r, c, i);
   promote_arg(r, c, j);
@@ -29,8 +42,9 @@ Promoted promote2(Context& c, size_t i, size_t j, bool opmath) {
   p.type = r.get();
   p.compute = opmath ? opmath_type(p.type) : p.type;
   p.shape = broadcast_shapes(arg_shape(c, i), arg_shape(c, j));
-  p.a = operand(c, i, p.compute, p.shape);
-  p.b = operand(c, j, p.compute, p.shape);
+  p.a = operand(c, i, p.type, p.compute, p.shape);
+  p.b = exact_right && is_scalar_operand(c, j) ? operand(c, j, p.compute, p.shape)
+                                               : operand(c, j, p.type, p.compute, p.shape);
   return p;
 }
 

@@ -23,6 +23,14 @@ Dims arg_shape(Context& c, size_t i);
 ResultType& promote_arg(ResultType& r, Context& c, size_t i);
 // Argument i (tensor or Scalar) converted to `t` and broadcast to `dims`.
 Value operand(Context& c, size_t i, at::ScalarType t, const Dims& dims);
+// Argument i as CPU's TensorIterator hands it to a kernel of result type
+// `result` that computes in `compute` (its opmath type): first converted to
+// `result`, then widened. A 0-dim float32 tensor or a Python float meeting a
+// bfloat16 tensor is rounded to bfloat16 before the arithmetic, as on CPU.
+Value operand(Context& c, size_t i, at::ScalarType result, at::ScalarType compute, const Dims& dims);
+// Whether argument i is what CPU's mul and div kernels take at full opmath
+// precision when it is their right operand: a Scalar or a 0-dim tensor.
+bool is_scalar_operand(Context& c, size_t i);
 
 // Arguments i and j promoted to their result type and broadcast together.
 struct Promoted {
@@ -31,7 +39,10 @@ struct Promoted {
   at::ScalarType compute;  // the type the values are in (opmath of `type` if requested)
   Dims shape;
 };
-Promoted promote2(Context& c, size_t i, size_t j, bool opmath);
+// With `opmath`, the values are computed in opmath after rounding to `type`
+// (see operand); `exact_right` keeps a scalar argument j unrounded, as CPU's
+// mul and div kernels do.
+Promoted promote2(Context& c, size_t i, size_t j, bool opmath, bool exact_right = false);
 
 // Reduction helpers.
 Dims reduce_dims(Context& c, size_t dim_arg, int64_t rank);  // dim=None/[] -> all

@@ -42,17 +42,20 @@ std::vector<Value> rounding(Context& c, FloatFn f) {
 }
 
 // f(a, b) over the promoted type of arguments 0 and 1 (tensors or Scalars),
-// computed in opmath; `float_result` promotes integers to the default float.
-std::vector<Value> binary_with(Context& c, Value (*f)(Builder&, Value, Value), bool float_result) {
+// computed in opmath unless `opmath` is false (CPU kernels that compute in the
+// tensor's own type, rounding each step); `float_result` promotes integers to
+// the default float.
+std::vector<Value> binary_with(Context& c, Value (*f)(Builder&, Value, Value), bool float_result,
+                               bool opmath = true) {
   ResultType r;
   promote_arg(r, c, 0);
   promote_arg(r, c, 1);
   at::ScalarType t = r.get();
   if (float_result && is_integral(t)) t = default_float();
   const Dims shape = broadcast_shapes(arg_shape(c, 0), arg_shape(c, 1));
-  const at::ScalarType compute = opmath_type(t);
-  Value a = operand(c, 0, compute, shape);
-  Value b = operand(c, 1, compute, shape);
+  const at::ScalarType compute = opmath ? opmath_type(t) : t;
+  Value a = operand(c, 0, t, compute, shape);
+  Value b = operand(c, 1, t, compute, shape);
   return one(cast(c.b, f(c.b, a, b), t));
 }
 
@@ -111,7 +114,7 @@ Value mul_by_bool(Builder& b, Value pred, Value x) {
 }
 
 std::vector<Value> lower_mul(Context& c) {
-  Promoted p = promote2(c, 0, 1, true);
+  Promoted p = promote2(c, 0, 1, true, /*exact_right=*/true);
   auto is_bool = [&](size_t i) { return c.args.is_tensor(i) && c.args.info(i).dtype == at::kBool; };
   Value r;
   if (p.compute == at::kBool) {
@@ -172,24 +175,36 @@ std::vector<Value> divide(Context& c, const std::string& mode) {
   const at::ScalarType common = r.get();
   const Dims shape = broadcast_shapes(arg_shape(c, 0), arg_shape(c, 1));
   Builder& b = c.b;
+  // CPU's division kernels take a scalar divisor unrounded (as mul does).
+  auto divisor = [&](at::ScalarType result, at::ScalarType compute) {
+    return is_scalar_operand(c, 1) ? operand(c, 1, compute, shape) : operand(c, 1, result, compute, shape);
+  };
   if (mode.empty()) {  // true division
     const at::ScalarType out = is_integral(common) ? default_float() : common;
     const at::ScalarType compute = opmath_type(out);
-    Value q = b.div(operand(c, 0, compute, shape), operand(c, 1, compute, shape));
+    Value q = b.div(operand(c, 0, out, compute, shape), divisor(out, compute));
     return one(cast(b, q, out));
   }
   TORCH_CHECK(mode == "trunc" || mode == "floor",
               "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", mode, "'");
   const at::ScalarType compute = opmath_type(common);
-  Value a = operand(c, 0, compute, shape);
-  Value d = operand(c, 1, compute, shape);
+  Value a = operand(c, 0, common, compute, shape);
+  Value d = divisor(common, compute);
   Value q;
   if (is_integral(common)) {
     TORCH_CHECK_NOT_IMPLEMENTED(common != at::kBool, "\"div_", mode, "_cpu\" not implemented for 'Bool'");
     check_nonzero_divisor(c, d);
     q = mode == "trunc" ? b.div(a, d) : floor_div_int(b, a, d);
   } else {
-    q = mode == "trunc" ? trunc_float(b, b.div(a, d)) : floor_div_float(b, a, d);
+    if (mode == "trunc") {
+      // CPU truncates a bfloat16 or half quotient after rounding it (its
+      // vectorized division returns the tensor's type), a scalar divisor's in opmath.
+      Value quotient = b.div(a, d);
+      if (compute != common && !is_scalar_operand(c, 1)) quotient = cast(b, cast(b, quotient, common), compute);
+      q = trunc_float(b, quotient);
+    } else {
+      q = floor_div_float(b, a, d);
+    }
   }
   return one(cast(b, q, common));
 }
@@ -273,13 +288,14 @@ std::vector<Value> addc(Context& c, bool divide_) {
   Dims shape = broadcast_shapes(arg_shape(c, 0), arg_shape(c, 1));
   shape = broadcast_shapes(shape, arg_shape(c, 2));
   Builder& b = c.b;
-  Value t1 = operand(c, 1, compute, shape);
-  Value t2 = operand(c, 2, compute, shape);
-  Value prod = divide_ ? b.div(t1, t2) : b.mul(t1, t2);
+  Value t1 = operand(c, 1, t, compute, shape);
+  Value t2 = operand(c, 2, t, compute, shape);
   // Always scaled (exact for value 1): Adam's step sizes change every step,
-  // and a runtime operand keeps one program for all of them.
-  if (c.args.has(3)) prod = b.mul(prod, splat(b, c.args.scalar_value(3, to_hlo(compute)), shape));
-  return one(cast(b, b.add(operand(c, 0, compute, shape), prod), t));
+  // and a runtime operand keeps one program for all of them. In CPU's order:
+  // (value * t1) * t2, or / t2.
+  if (c.args.has(3)) t1 = b.mul(splat(b, c.args.scalar_value(3, to_hlo(compute)), shape), t1);
+  Value prod = divide_ ? b.div(t1, t2) : b.mul(t1, t2);
+  return one(cast(b, b.add(operand(c, 0, t, compute, shape), prod), t));
 }
 
 // ---- math functions ----------------------------------------------------------------
@@ -659,11 +675,11 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::copysign.Scalar", [](Context& c) { return binary_with(c, copysign_, true); });
   reg("aten::logaddexp", [](Context& c) { return binary_with(c, logaddexp_, true); });
   reg("aten::logaddexp2", [](Context& c) { return binary_with(c, logaddexp2_, true); });
-  reg("aten::xlogy.Tensor", [](Context& c) { return binary_with(c, xlogy_, true); });
-  reg("aten::xlogy.Scalar_Self", [](Context& c) { return binary_with(c, xlogy_, true); });
-  reg("aten::xlogy.Scalar_Other", [](Context& c) { return binary_with(c, xlogy_, true); });
-  reg("aten::special_xlog1py", [](Context& c) { return binary_with(c, xlog1py_, true); });
-  reg("aten::nextafter", [](Context& c) { return binary_with(c, nextafter_, false); });
+  reg("aten::xlogy.Tensor", [](Context& c) { return binary_with(c, xlogy_, true, /*opmath=*/false); });
+  reg("aten::xlogy.Scalar_Self", [](Context& c) { return binary_with(c, xlogy_, true, /*opmath=*/false); });
+  reg("aten::xlogy.Scalar_Other", [](Context& c) { return binary_with(c, xlogy_, true, /*opmath=*/false); });
+  reg("aten::special_xlog1py", [](Context& c) { return binary_with(c, xlog1py_, true, /*opmath=*/false); });
+  reg("aten::nextafter", [](Context& c) { return binary_with(c, nextafter_, false, /*opmath=*/false); });
   reg("aten::heaviside", lower_heaviside);
 
   // Comparisons, logic, bits.

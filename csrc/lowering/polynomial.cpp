@@ -91,7 +91,7 @@ std::vector<Value> lower_polynomial(Context& c, Poly poly) {
   const at::ScalarType compute = opmath_type(out);
   const Dims shape = broadcast_shapes(arg_shape(c, 0), arg_shape(c, 1));
   Builder& b = c.b;
-  Value x = operand(c, 0, compute, shape);
+  Value x = operand(c, 0, out, compute, shape);
   // The degree, truncated to an integer as the CPU kernel does.
   Value n = c.args.is_tensor(1) && is_integral(c.args.info(1).dtype)
                 ? b.convert(operand(c, 1, at::kLong, shape), DType::I64)
