@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <numeric>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -359,9 +360,13 @@ std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::In
 // CPU kernel does (those build a TensorIterator over the operands; the meta
 // kernels of these are decompositions that make a contiguous result, or
 // follow the other operand): the same iterator over meta operands.
-// Also every other pointwise op of several tensors that broadcast: their
-// meta kernels are Python's elementwise rule, which orders size-1 dims
-// differently from TensorIterator when strides tie.
+// Also every other pointwise op with a CPU kernel, of one tensor or several: their meta
+// kernels are often Python's elementwise rule, which gives size-1 dims other
+// strides than TensorIterator (it copies the input's strides where
+// TensorIterator's fast set-up makes a contiguous result, and the reverse
+// when a 0-dim operand such as a Python number takes the fast set-up away),
+// and orders them differently when strides tie. The strides of size-1 dims
+// matter: a later broadcasting op orders its result's dims by them.
 std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const Entry& e,
                                           const std::vector<c10::IValue>& args) {
   static const std::unordered_set<std::string> kOps = {
@@ -382,20 +387,57 @@ std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const E
       return std::nullopt;
     }
   }
-  // (masked_fill writes into a clone of self, not a TensorIterator's output.)
-  if (!op.hasTag(at::Tag::pointwise) || e.functional.rfind("aten::masked_fill", 0) == 0) return std::nullopt;
-  std::vector<at::Tensor> inputs;
-  for (const c10::IValue& v : args) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() > 0) inputs.push_back(meta(v.toTensor()));
+  if (!op.hasTag(at::Tag::pointwise)) return std::nullopt;
+  // Composite ops (no CPU kernel of their own) qualify where CPU runs them as
+  // one iterator over the same operands: the Scalar overloads (add.Scalar,
+  // xlogy.Scalar_Self, the polynomials' x_scalar), which wrap the number,
+  // and these (isinf compares abs(self) with a wrapped number: two
+  // iterators). Others,
+  // such as mvlgamma, are laid out by the ops they are made of, as their
+  // meta results are.
+  static const std::unordered_map<std::string, int> kComposite = {
+      {"aten::abs", 0}, {"aten::logical_not", 0}, {"aten::square", 0}, {"aten::clip", 0},
+      {"aten::clip.Tensor", 0}, {"aten::isinf", 1}};
+  const c10::OperatorName& name = op.operator_name();
+  const bool wraps = name.overload_name.find("calar") != std::string::npos;
+  auto composite = kComposite.find(e.functional);
+  if (!op.hasKernelForDispatchKey(c10::DispatchKey::CPU) && !wraps && composite == kComposite.end()) {
+    return std::nullopt;
   }
-  if (inputs.size() < 2) return std::nullopt;
-  try {
+  // (0-dim operands count: a shape other than the result's takes the fast
+  // set-up away, as on CPU.)
+  std::vector<at::Tensor> inputs;
+  bool shaped = false;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      inputs.push_back(meta(v.toTensor()));
+      shaped = shaped || v.toTensor().dim() > 0;
+    }
+  }
+  if (!shaped) return std::nullopt;
+  const at::Tensor number = at::empty({}, at::TensorOptions().dtype(at::kDouble).device(at::kMeta));
+  // The number of a Scalar overload (eq.Scalar, bitwise_and.Scalar_Tensor,
+  // special_zeta.self_scalar) is a 0-dim operand on CPU; a Scalar parameter
+  // (lerp's weight, clamp's bounds, pow.Tensor_Scalar's exponent) is none.
+  if (wraps) {
+    for (const c10::Argument& a : op.schema().arguments()) {
+      const std::string& n = a.name();
+      if (a.type()->kind() == c10::TypeKind::NumberType && (n == "other" || n == "self" || n == "x" || n == "n")) {
+        inputs.push_back(number);
+      }
+    }
+  }
+  auto iterate = [](const std::vector<at::Tensor>& operands) {
     at::TensorIteratorConfig config;
     config.set_check_mem_overlap(false).check_all_same_dtype(false).promote_inputs_to_common_dtype(true);
     config.add_owned_output(at::Tensor());
-    for (const at::Tensor& t : inputs) config.add_owned_const_input(t);
+    for (const at::Tensor& t : operands) config.add_owned_const_input(t);
     at::TensorIterator iter = config.build();
     return iter.output();
+  };
+  try {
+    if (composite != kComposite.end() && composite->second == 1) inputs = {iterate(inputs), number};
+    return iterate(inputs);
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -473,9 +515,94 @@ std::optional<size_t> follows_input_format(const std::string& f) {
   return it->second;
 }
 
+// Ops whose CPU kernels make their result contiguous where their meta
+// kernels follow the input (Python's elementwise rule keeps the strides of
+// its size-1 dims): tril and triu (an empty result of the input's sizes),
+// masked_fill (a contiguous clone of self), log_softmax, a number to the
+// power of a tensor, rrelu.
+bool contiguous_result(const std::string& f) {
+  static const std::unordered_set<std::string> ops = {"aten::tril", "aten::triu", "aten::masked_fill.Scalar",
+                                                      "aten::masked_fill.Tensor", "aten::_log_softmax",
+                                                      "aten::pow.Scalar", "aten::float_power.Scalar",
+                                                      "aten::rrelu_with_noise"};
+  return ops.count(f) != 0;
+}
+
+// Ops whose CPU kernels allocate their result as empty_like(self): self's
+// strides exactly (those of size-1 dims too) when self is dense, where the
+// meta kernels make the result contiguous or follow TensorIterator's rule
+// (hardtanh, and relu6 through it, deg2rad and rad2deg write into
+// empty_like(self); frexp's two results both are).
+bool preserves_input_strides(const std::string& f) {
+  static const std::unordered_set<std::string> ops = {"aten::flip",    "aten::nan_to_num", "aten::hardtanh",
+                                                      "aten::relu6",   "aten::frexp.Tensor", "aten::deg2rad",
+                                                      "aten::rad2deg"};
+  return ops.count(f) != 0;
+}
+
+// The strides of an FFT's result on CPU (MKL's _exec_fft): the dims not
+// transformed outermost, in the order std::partition leaves them, sorted by
+// the input's strides (std::sort: ties fall as on CPU), then the transformed
+// dims in `signal` order, the whole dense.
+std::vector<int64_t> fft_strides(c10::IntArrayRef in_strides, c10::IntArrayRef out_sizes,
+                                 const std::vector<int64_t>& signal) {
+  const int64_t ndim = static_cast<int64_t>(out_sizes.size());
+  std::vector<int64_t> perm(ndim);
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::vector<bool> transformed(ndim, false);
+  for (int64_t d : signal) transformed[d] = true;
+  auto batch_end = std::partition(perm.begin(), perm.end(), [&](int64_t d) { return !transformed[d]; });
+  std::sort(perm.begin(), batch_end, [&](int64_t a, int64_t b) { return in_strides[a] > in_strides[b]; });
+  std::copy(signal.begin(), signal.end(), batch_end);
+  const int64_t batch_dims = batch_end - perm.begin();
+  std::vector<int64_t> strides(ndim);
+  int64_t run = 1;
+  for (int64_t i = ndim - 1; i >= batch_dims; --i) {
+    strides[perm[i]] = run;
+    run *= std::max<int64_t>(out_sizes[perm[i]], 1);
+  }
+  int64_t batch = 1;
+  for (int64_t i = batch_dims - 1; i >= 0; --i) {
+    strides[perm[i]] = batch * run;
+    batch *= out_sizes[perm[i]];
+  }
+  return strides;
+}
+
+// The result of _fft_c2c, _fft_r2c or _fft_c2r as CPU lays it out. CPU
+// transforms the dims in order of the input's strides, except that the
+// halved dim of a real transform (the last one given) stays innermost; a
+// c2r of several dims is a c2c of all but the last, then a c2r of that one.
+at::Tensor fft_layout(const std::string& f, const std::vector<c10::IValue>& args, const at::Tensor& m) {
+  const at::Tensor& self = args[0].toTensor();
+  std::vector<int64_t> dim = args[1].toIntVector();
+  for (int64_t& d : dim) d = c10::maybe_wrap_dim(d, self.dim());
+  auto by_stride = [](c10::IntArrayRef strides, std::vector<int64_t> dims) {
+    std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+    return dims;
+  };
+  if (dim.empty()) {  // a clone
+    return self.is_non_overlapping_and_dense() ? at::empty_strided(m.sizes(), self.strides(), m.options())
+                                               : at::empty(m.sizes(), m.options().memory_format(self.suggest_memory_format()));
+  }
+  if (f == "aten::_fft_c2c") return at::empty_strided(m.sizes(), fft_strides(self.strides(), m.sizes(), by_stride(self.strides(), dim)), m.options());
+  const int64_t last = dim.back();
+  dim.pop_back();
+  if (f == "aten::_fft_r2c") {
+    std::vector<int64_t> signal = by_stride(self.strides(), dim);
+    signal.push_back(last);
+    return at::empty_strided(m.sizes(), fft_strides(self.strides(), m.sizes(), signal), m.options());
+  }
+  const std::vector<int64_t> in_strides =
+      dim.empty() ? self.strides().vec() : fft_strides(self.strides(), self.sizes(), by_stride(self.strides(), dim));
+  return at::empty_strided(m.sizes(), fft_strides(in_strides, m.sizes(), {last}), m.options());
+}
+
 // Results whose CPU kernels lay them out otherwise than their meta kernels:
-//  - linalg_eig's eigenvectors and _linalg_svd's Vh: column-major per
-//    matrix, as LAPACK writes them (the meta kernels' are row-major);
+//  - linalg_eig's eigenvectors, _linalg_svd's Vh and geqrf's a: column-major
+//    per matrix, as LAPACK writes them (the meta kernels' are row-major);
+//  - the ops of contiguous_result and preserves_input_strides;
+//  - the FFTs (fft_layout);
 //  - normal of tensor means or stds: contiguous (the meta kernel follows the
 //    operands' layout);
 //  - batch norm's output, the reflection and replication pads' outputs and
@@ -520,7 +647,22 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
     }
     return at::empty_strided(m.sizes(), strides, m.options());
   };
-  if (f == "aten::linalg_eig" && meta.size() == 2 && meta[1].dim() >= 2) {
+  if (f == "aten::geqrf" && meta[0].dim() >= 2) {
+    meta[0] = column_major(meta[0]);
+  } else if (contiguous_result(f)) {
+    meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
+  } else if (preserves_input_strides(f) && !args.empty() && args[0].isTensor() &&
+             args[0].toTensor().sizes() == meta[0].sizes()) {
+    const at::Tensor& self = args[0].toTensor();  // (empty_like's rule; the meta device's own differs)
+    for (at::Tensor& m : meta) {
+      if (!m.defined() || m.sizes() != self.sizes()) continue;
+      m = self.is_non_overlapping_and_dense() ? at::empty_strided(self.sizes(), self.strides(), m.options())
+                                              : contiguous_like(m, self.suggest_memory_format());
+    }
+  } else if ((f == "aten::_fft_c2c" || f == "aten::_fft_r2c" || f == "aten::_fft_c2r") && args.size() >= 2 &&
+             args[0].isTensor() && args[1].isIntList() && meta[0].dim() == args[0].toTensor().dim()) {
+    meta[0] = fft_layout(f, args, meta[0]);
+  } else if (f == "aten::linalg_eig" && meta.size() == 2 && meta[1].dim() >= 2) {
     meta[1] = column_major(meta[1]);
   } else if (f == "aten::_linalg_svd" && meta.size() == 3 && meta[2].defined() && meta[2].dim() >= 2) {
     meta[2] = column_major(meta[2]);  // (the meta kernel's Vh is row-major)
@@ -541,6 +683,19 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
   }
 }
 
+// The results of an op that has no meta kernel, as empty meta tensors (for
+// cpu_kernel_layouts to lay out): geqrf's a and tau.
+std::optional<std::vector<at::Tensor>> without_meta_kernel(const Entry& e, const std::vector<c10::IValue>& args) {
+  if (e.functional != "aten::geqrf" || args.empty() || !args[0].isTensor() || args[0].toTensor().dim() < 2) {
+    return std::nullopt;
+  }
+  const at::Tensor& self = args[0].toTensor();
+  const at::TensorOptions options = at::TensorOptions().dtype(self.scalar_type()).device(at::kMeta);
+  std::vector<int64_t> tau(self.sizes().begin(), self.sizes().end() - 1);
+  tau.back() = std::min(self.size(-2), self.size(-1));
+  return std::vector<at::Tensor>{at::empty(self.sizes(), options), at::empty(tau, options)};
+}
+
 // Each result in PyTorch's layout (its meta kernel's strides: TensorIterator
 // keeps the inputs' memory format, attention returns a transposed output,
 // ...): where that is a dense permutation other than the contiguous one, the
@@ -555,6 +710,7 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
   } catch (const std::exception&) {
     return;  // validate_once reports PyTorch's error
   }
+  if (!meta) meta = without_meta_kernel(e, args);
   if (!meta || meta->size() != outputs.size()) return;
   if (meta->size() == 1) {
     if (std::optional<at::Tensor> m = iterator_layout(op, e, args)) (*meta)[0] = *m;

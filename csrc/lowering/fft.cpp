@@ -53,6 +53,36 @@ Value fft_op(Builder& b, Value x, FftType type, const Dims& lengths) {
                      ">, fft_length = " + hlo::array_attr(lengths));
 }
 
+// An FFT over the trailing lengths.size() dims of x. stablehlo.fft takes at
+// most 3: more are successive transforms (a multi-dim FFT is separable), the
+// leading dims moved last for theirs; a real transform's halved dim is in
+// the step that makes it (r2c: first) or reads it (c2r: last). XLA's
+// inverses divide by their lengths: the steps' product is the whole n.
+Value fft_any(Builder& b, Value x, FftType type, const Dims& lengths) {
+  const size_t k = lengths.size();
+  if (k <= 3) return fft_op(b, x, type, lengths);
+  const int64_t r = b.rank(x);
+  const int64_t lead = static_cast<int64_t>(k) - 3;
+  const int64_t first = r - static_cast<int64_t>(k);
+  const Dims lead_lengths(lengths.begin(), lengths.begin() + lead), tail(lengths.begin() + lead, lengths.end());
+  auto over_leading = [&](Value v, FftType t) {
+    Dims perm;
+    for (int64_t d = 0; d < r; ++d) {
+      if (d < first || d >= first + lead) perm.push_back(d);
+    }
+    for (int64_t d = first; d < first + lead; ++d) perm.push_back(d);
+    return b.transpose(fft_any(b, b.transpose(v, perm), t, lead_lengths), inverse(perm));
+  };
+  switch (type) {
+    case FftType::RFFT:
+      return over_leading(fft_op(b, x, FftType::RFFT, tail), FftType::FFT);
+    case FftType::IRFFT:
+      return fft_op(b, over_leading(x, FftType::IFFT), FftType::IRFFT, tail);
+    default:
+      return over_leading(fft_op(b, x, type, tail), type);
+  }
+}
+
 // PyTorch's normalization modes: 0 none, 1 1/sqrt(n), 2 1/n.
 Value normalize(Builder& b, Value x, int64_t mode, double n) {
   if (mode == 0 || n == 0) return x;
@@ -68,7 +98,9 @@ struct FftDims {
 FftDims fft_dims(Context& c, int64_t rank, const Dims& sizes) {
   FftDims f;
   f.dims = wrap_dims(c.args.ints(1), rank);
-  std::sort(f.dims.begin(), f.dims.end());
+  // The last dim given is the halved one of a real transform (r2c, c2r):
+  // it stays last, the others in order.
+  if (!f.dims.empty()) std::sort(f.dims.begin(), f.dims.end() - 1);
   f.perm = dims_last(rank, f.dims);
   for (int64_t d : f.dims) {
     f.lengths.push_back(sizes[d]);
@@ -88,8 +120,8 @@ std::vector<Value> lower_fft_r2c(Context& c) {
   const bool onesided = c.args.bool_(3);
   const DType rt = in.dtype == at::kDouble ? DType::F64 : DType::F32;
   Value x = b.transpose(b.convert(c.args.tensor(0), rt), f.perm);
-  Value y = onesided ? fft_op(b, x, FftType::RFFT, f.lengths)
-                     : fft_op(b, b.complex(x, b.zeros(b.type(x))), FftType::FFT, f.lengths);
+  Value y = onesided ? fft_any(b, x, FftType::RFFT, f.lengths)
+                     : fft_any(b, b.complex(x, b.zeros(b.type(x))), FftType::FFT, f.lengths);
   y = normalize(b, y, c.args.int_(2), f.n);
   return one(b.transpose(y, inverse(f.perm)));
 }
@@ -101,7 +133,7 @@ std::vector<Value> lower_fft_c2c(Context& c) {
   FftDims f = fft_dims(c, in.dim(), in.sizes);
   const bool forward = c.args.bool_(3);
   Value x = b.transpose(b.convert(c.args.tensor(0), complex_of(in.dtype)), f.perm);
-  Value y = fft_op(b, x, forward ? FftType::FFT : FftType::IFFT, f.lengths);
+  Value y = fft_any(b, x, forward ? FftType::FFT : FftType::IFFT, f.lengths);
   // XLA's inverse FFT divides by n; PyTorch's normalization decides instead.
   if (!forward) y = b.mul(y, b.full(f.n, b.dtype(y), b.dims(y)));
   y = normalize(b, y, c.args.int_(2), f.n);
@@ -128,7 +160,7 @@ std::vector<Value> lower_fft_c2r(Context& c) {
     hi[r - 1] = want - have;
     x = b.pad(x, b.zeros(Type{b.dtype(x), {}}), lo, hi);
   }
-  Value y = fft_op(b, x, FftType::IRFFT, f.lengths);
+  Value y = fft_any(b, x, FftType::IRFFT, f.lengths);
   y = b.mul(y, b.full(f.n, b.dtype(y), b.dims(y)));
   y = normalize(b, y, c.args.int_(2), f.n);
   return one(b.transpose(y, inverse(f.perm)));

@@ -388,6 +388,162 @@ def test_kernel_layouts_are_cpus(name):
     assert_same(got, want, rtol=1e-4, atol=1e-4)
 
 
+# Operands whose size-1 dims have strides CPU's rules could give them: dense,
+# the other dims contiguous or transposed.
+_SIZE_ONE_LAYOUTS = [((1, 2, 1), (2, 1, 2)), ((2, 1, 3, 1), (3, 1, 1, 9)), ((3, 1, 4), (1, 1, 3)),
+                     ((1, 3), (7, 1)), ((2, 1, 2), (1, 9, 2))]
+
+
+def _with_strides(shape, strides, dtype=torch.float32, seed=0):
+    x = torch.empty_strided(shape, strides, dtype=dtype)
+    x.copy_(_t(*shape, seed=seed).to(dtype) if dtype.is_floating_point else (_t(*shape, seed=seed) * 4).to(dtype))
+    return x
+
+
+def test_results_keep_cpus_strides_of_size_one_dims_for_every_fuzzer_op():
+    """Every op of the fuzzer, on operands whose size-1 dims have odd strides:
+    the result's strides are CPU's, those of size-1 dims included. They are
+    not cosmetic: a later broadcasting op orders its result's dims by them
+    (the fuzzer's run of seed 9400000 found where() of a flipped tensor laid
+    out otherwise than on CPU). TensorIterator's fast set-up makes a result
+    contiguous where Python's elementwise rule (the meta kernels) keeps the
+    input's strides, a 0-dim operand (a Python number) takes that set-up
+    away, and flip and nan_to_num copy the input's strides exactly."""
+    import random
+
+    from torch_tpu.testing import fuzz
+
+    wrong = {}
+    for name, (arity, accepts, fn) in sorted(fuzz.ops().items()):
+        if name.startswith("__"):
+            continue
+        dtype = next((d for d in ("float32", "int64", "bool") if accepts(*([d] * arity))), None)
+        if dtype is None:
+            continue
+        for shape, strides in _SIZE_ONE_LAYOUTS:
+            args = [_with_strides(shape, strides, getattr(torch, dtype), seed=k) for k in range(arity)]
+            try:
+                want = fn(torch, args, random.Random(3))
+            except Exception:  # noqa: BLE001  (errors are compared elsewhere)
+                continue
+            got = fn(torch, [a.to("tpu") for a in args], random.Random(3))
+            want, got = (want[0], got[0]) if isinstance(want, tuple) else (want, got)
+            if isinstance(want, torch.Tensor) and want.numel() and got.stride() != want.stride():
+                wrong.setdefault(name, (shape, strides, want.stride(), got.stride()))
+    assert not wrong, f"(operand shape, operand strides, CPU's strides, tpu's): {wrong}"
+
+
+def test_where_of_a_flipped_tensor_is_laid_out_as_on_cpu():
+    # The fuzzer's finding, program 13464 of seed 9400000.
+    def run(dev):
+        base = torch.empty_strided((1, 2, 1), (2, 1, 2), dtype=torch.bool)
+        base.copy_(torch.tensor([True, False]).view(1, 2, 1))
+        a = base.to(dev)
+        b = a.permute(1, 0, 2)
+        c = a.flip(1)
+        return c, torch.where(c, c, b)
+
+    (cf, cw), (tf, tw) = run("cpu"), run("tpu")
+    assert tf.stride() == cf.stride() == (2, 1, 2)
+    assert tw.stride() == cw.stride() == (2, 1, 4)
+    assert_same(tw, cw)
+
+
+_A = torch.ops.aten
+_NUMBER_OVERLOADS = {
+    "add.Scalar": lambda x: _A.add.Scalar(x, 1), "mul.Scalar": lambda x: _A.mul.Scalar(x, 2),
+    "div.Scalar_mode": lambda x: _A.div.Scalar_mode(x, 2, rounding_mode="floor"),
+    "remainder.Scalar": lambda x: _A.remainder.Scalar(x, 2), "rsub.Scalar": lambda x: _A.rsub.Scalar(x, 2),
+    "eq.Scalar": lambda x: x == 0, "x_plus_1": lambda x: x + 1,
+    "mul_0dim": lambda x: x * torch.tensor(2.0, device=x.device),
+    "bitwise_and.Scalar_Tensor": lambda x: _A.bitwise_and.Scalar_Tensor(3, x.long()),
+    "bitwise_left_shift.Tensor_Scalar": lambda x: _A.bitwise_left_shift.Tensor_Scalar(x.long(), 1),
+    "xlogy.Scalar_Self": lambda x: _A.xlogy.Scalar_Self(2.0, x),
+    "special_zeta.self_scalar": lambda x: _A.special_zeta.self_scalar(2.0, x),
+    "chebyshev_polynomial_t.x_scalar": lambda x: _A.special_chebyshev_polynomial_t.x_scalar(0.5, x),
+    "hermite_polynomial_h.n_scalar": lambda x: _A.special_hermite_polynomial_h.n_scalar(x, 3),
+    "pow.Scalar": lambda x: torch.pow(2.0, x), "float_power.Scalar": lambda x: torch.float_power(2, x),
+    "pow.Tensor_Scalar": lambda x: x ** 2, "lerp.Scalar": lambda x: x.lerp(x, 0.3),
+    "abs": torch.abs, "logical_not": torch.logical_not, "square": torch.square, "isinf": torch.isinf,
+    "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg, "clip": lambda x: torch.clip(x, -1, 1),
+    "relu6": torch.nn.functional.relu6, "hardtanh": torch.nn.functional.hardtanh,
+    "rrelu": lambda x: torch.nn.functional.rrelu(x, training=False), "frexp": lambda x: torch.frexp(x)[1],
+    "mvlgamma": lambda x: torch.mvlgamma(x.abs() + 2, 2), "masked_fill": lambda x: x.masked_fill(x > 0, 1.0),
+    "nan_to_num": torch.nan_to_num, "tril": torch.tril, "triu": torch.triu,
+    "log_softmax": lambda x: x.log_softmax(-1), "where_number": lambda x: torch.where(x > 0, x, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NUMBER_OVERLOADS))
+def test_results_of_number_overloads_and_composites_are_laid_out_as_on_cpu(name):
+    """The Scalar overloads wrap their number as a 0-dim operand on CPU (no
+    fast set-up: the result follows the input's strides, size-1 dims
+    included); a Scalar parameter (lerp's weight, pow's exponent) does not;
+    composites are laid out as the ops CPU makes them of."""
+    fn = _NUMBER_OVERLOADS[name]
+    for shape, strides in _SIZE_ONE_LAYOUTS + [((4, 3), (1, 4))]:
+        x = _with_strides(shape, strides)
+        if name in ("tril", "triu") and x.dim() < 2:
+            continue
+        want, got = fn(x), fn(x.to("tpu"))
+        assert got.stride() == want.stride(), (shape, strides, want.stride(), got.stride())
+        assert_same(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_fft_results_are_laid_out_as_on_cpu():
+    """CPU (MKL) transforms the dims in order of the input's strides, the
+    halved dim of a real transform innermost, the others outermost in the
+    order its partition leaves them: random shapes, layouts and dims of
+    _fft_r2c, _fft_c2c and _fft_c2r against CPU (plain rfftn of a contiguous
+    tensor differed before). The halved dim is the last one given, not the
+    highest (a wrong shape before), and 4 or 5 dims compile (an XLA error
+    before)."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(60):
+        nd = rng.randint(1, 4)
+        shape = [rng.choice([1, 2, 3, 5]) for _ in range(nd)]
+        perm = list(range(nd))
+        rng.shuffle(perm)
+        x = _t(*shape).permute(perm).contiguous().permute([perm.index(i) for i in range(nd)])
+        dim = rng.sample(range(nd), rng.randint(1, nd))
+        xc = torch.complex(x, x.flip(0))
+        last = rng.choice([2 * (shape[dim[-1]] - 1), 2 * shape[dim[-1]] - 1])
+        calls = [lambda t: torch._fft_r2c(t, dim, 0, True), lambda t: torch._fft_r2c(t, dim, 1, False)]
+        ccalls = [lambda t: torch._fft_c2c(t, dim, 2, True)]
+        if last > 0:
+            ccalls.append(lambda t: torch._fft_c2r(t, dim, 0, last))
+        for inp, fns in ((x, calls), (xc, ccalls)):
+            for fn in fns:
+                want, got = fn(inp), fn(inp.to("tpu"))
+                assert got.stride() == want.stride(), (tuple(inp.shape), inp.stride(), dim, want.stride(), got.stride())
+                assert_same(got, want, rtol=1e-4, atol=1e-4)
+    # More than 3 dims (stablehlo.fft's most): successive transforms.
+    x = _t(2, 3, 2, 4, 5)
+    for fn in (torch.fft.fftn, lambda t: torch.fft.rfftn(t, norm="forward"),
+               lambda t: torch.fft.irfftn(torch.fft.rfftn(t), s=t.shape, norm="ortho"),
+               lambda t: torch.fft.ifftn(t, dim=(4, 0, 2, 1))):
+        want, got = fn(x), fn(x.to("tpu"))
+        assert got.stride() == want.stride(), (want.stride(), got.stride())
+        assert_same(got, want, rtol=1e-4, atol=1e-4)
+    # Through the public API, on contiguous inputs.
+    x = _t(5, 6, 7)
+    for fn in (torch.fft.rfftn, torch.fft.rfft2, lambda t: torch.fft.hfft2(t, dim=(0, 1)), torch.fft.irfftn):
+        inp = x if fn is not torch.fft.irfftn else torch.fft.rfftn(x)
+        want, got = fn(inp), fn(inp.to("tpu"))
+        assert got.stride() == want.stride(), (want.stride(), got.stride())
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (2, 4, 3), (3, 2), (4, 1)])
+def test_geqrf_is_column_major_as_lapack_writes_it(shape):
+    # geqrf has no meta kernel; CPU's a is LAPACK's column-major matrix.
+    x = _t(*shape)
+    (a, tau), (ta, ttau) = torch.geqrf(x), torch.geqrf(x.to("tpu"))
+    assert ta.stride() == a.stride() and ttau.stride() == tau.stride()
+    assert_same(ta, a, rtol=1e-4, atol=1e-4)
+
+
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
