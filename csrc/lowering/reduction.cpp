@@ -159,24 +159,50 @@ std::vector<Value> lower_argmax(Context& c, bool is_max) {
   return one(keep_dims(b, i, in.sizes, {dim}, keepdim));
 }
 
-// var/std with `correction` (Bessel's: 1). Two passes, in opmath.
+// var/std with `correction` (Bessel's: 1). Two passes, in opmath. CPU
+// accumulates in double: where the deviations' largest magnitude is outside
+// [2^-50, 2^50], their squares are summed divided by it (a float32 square of
+// 1e20 is inf, of 1e-30 is 0) and the result scaled back; inside, the scale
+// is 1 and changes no bit. Complex: the real and imaginary parts' variances
+// summed, as CPU computes it.
 struct Moments {
-  Value mean, var;
+  Value mean, var, std;
 };
 Moments moments(Context& c, const Dims& dims, double correction, at::ScalarType compute) {
   const TensorInfo& in = c.args.info(0);
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), compute);
   const double n = static_cast<double>(count_over(in.sizes, dims));
-  Value mean = b.div(sum_over(b, x, dims), b.full(n, to_hlo(compute), kept_shape(in.sizes, dims, false)));
+  const Dims kept = kept_shape(in.sizes, dims, false);
+  Value mean = b.div(sum_over(b, x, dims), b.full(n, to_hlo(compute), kept));
   Dims bdims;
   for (int64_t i = 0; i < in.dim(); ++i) {
     if (std::find(dims.begin(), dims.end(), i) == dims.end()) bdims.push_back(i);
   }
   Value centered = b.sub(x, b.broadcast_in_dim(mean, in.sizes, bdims));
-  Value ss = sum_over(b, b.mul(centered, centered), dims);
   const double denom = std::max(0.0, n - correction);
-  return {mean, b.div(ss, b.full(denom, to_hlo(compute), b.dims(ss)))};
+  // The variance of a real deviation, divided by scale * scale; the scale.
+  auto scaled_var = [&](Value d) -> std::pair<Value, Value> {
+    const DType dt = b.dtype(d);
+    Value scale = b.full(1.0, dt, kept);
+    if (dt == DType::F32 && !dims.empty()) {
+      Value m = b.reduce(b.abs(d), b.zeros(Type{dt, {}}), dims, "stablehlo.maximum");
+      Value outside = b.or_(b.compare(Cmp::LT, m, b.full(std::ldexp(1.0, -50), dt, kept)),
+                            b.compare(Cmp::GT, m, b.full(std::ldexp(1.0, 50), dt, kept)));
+      Value usable = b.and_(b.is_finite(m), b.compare(Cmp::GT, m, b.zeros(b.type(m))));
+      scale = b.select(b.and_(outside, usable), m, scale);
+      d = b.div(d, b.broadcast_in_dim(scale, in.sizes, bdims));
+    }
+    return {b.div(sum_over(b, b.mul(d, d), dims), b.full(denom, dt, kept)), scale};
+  };
+  if (!hlo::is_complex(to_hlo(compute))) {
+    auto [v, scale] = scaled_var(centered);
+    return {mean, b.mul(b.mul(v, scale), scale), b.mul(b.unary("stablehlo.sqrt", v), scale)};
+  }
+  auto [vr, sr] = scaled_var(b.real(centered));
+  auto [vi, si] = scaled_var(b.imag(centered));
+  Value var = b.add(b.mul(b.mul(vr, sr), sr), b.mul(b.mul(vi, si), si));
+  return {mean, var, b.unary("stablehlo.sqrt", var)};
 }
 
 double correction_arg(Context& c, size_t i) {
@@ -193,8 +219,8 @@ std::vector<Value> lower_var_std(Context& c, bool is_std, bool with_mean) {
   const bool keepdim = c.args.has(3) && c.args.bool_(3);
   Builder& b = c.b;
   Moments m = moments(c, dims, correction_arg(c, 2), opmath_type(t));
-  Value v = is_std ? b.unary("stablehlo.sqrt", m.var) : m.var;
-  v = cast(b, keep_dims(b, v, in.sizes, dims, keepdim), t);
+  // (complex input: a real variance, a complex mean)
+  const Value v = cast(b, keep_dims(b, is_std ? m.std : m.var, in.sizes, dims, keepdim), c10::toRealValueType(t));
   if (!with_mean) return one(v);
   return {v, cast(b, keep_dims(b, m.mean, in.sizes, dims, keepdim), t)};
 }

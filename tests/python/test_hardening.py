@@ -820,3 +820,31 @@ def test_ctrl_c_interrupts_a_wait_for_the_device_with_keyboard_interrupt():
     when the program finishes; the process and the device stay usable."""
     out = run_python(_INTERRUPTED, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_var_and_std_of_extreme_magnitudes_are_cpus(dtype):
+    """CPU accumulates var/std in double: std of values near 1e20 is finite
+    (a float32 square is inf) and near 1e-30 is not 0 (a float32 square
+    underflows). The fused fuzz run of seed 9800000 found std of a bfloat16
+    exp(cumprod(...)) inf where CPU's was 2.7e20 (program 19267)."""
+    cases = [[1e20, -1e20, 3e19], [5.4e20, 1.0, 3.0, 0.5], [1e-30, 2e-30, 5e-31], [1.0, 2.0, 3.5],
+             [3e38, 3e38, -3e38], [float("inf"), 1.0, 2.0], [float("nan"), 1.0], [5.0, 5.0, 5.0]]
+    for vals in cases:
+        x = torch.tensor(vals, dtype=dtype)
+        for fn in (torch.std, torch.var, lambda t: torch.std_mean(t)[0], lambda t: torch.var(t, correction=0)):
+            assert_same(fn(x.to("tpu")), fn(x), rtol=1e-5, atol=0)
+    x = torch.tensor([[1e20, 2e20, -1e20], [1e-30, 3e-30, 2e-30]], dtype=dtype).t()
+    assert_same(x.to("tpu").std(0), x.std(0), rtol=1e-5, atol=0)
+
+
+def test_var_and_std_of_complex_tensors_are_real():
+    # The variance of the real and imaginary parts, summed, in the real
+    # dtype (an internal error before); the mean stays complex.
+    x = torch.randn(4, 5, dtype=torch.complex64)
+    assert_same(x.to("tpu").var(1), x.var(1), rtol=1e-5, atol=1e-6)
+    assert_same(x.to("tpu").std(), x.std(), rtol=1e-5, atol=1e-6)
+    v, m = torch.var_mean(x.to("tpu"), 0)
+    want_v, want_m = torch.var_mean(x, 0)
+    assert_same(v, want_v, rtol=1e-5, atol=1e-6)
+    assert_same(m, want_m, rtol=1e-5, atol=1e-6)
