@@ -515,6 +515,14 @@ std::optional<size_t> follows_input_format(const std::string& f) {
   return it->second;
 }
 
+// empty_like(self) as CPU lays it out (the meta device's empty_like is
+// Python's, which differs): self's strides exactly (those of size-1 dims
+// too) when self is dense, else dense strides in self's order of strides.
+at::Tensor empty_like_layout(const at::Tensor& self, const at::TensorOptions& options) {
+  if (self.is_non_overlapping_and_dense()) return at::empty_strided(self.sizes(), self.strides(), options);
+  return at::empty_strided(self.sizes(), at::infer_dense_strides(self.sizes(), self.strides()), options);
+}
+
 // Ops whose CPU kernels make their result contiguous where their meta
 // kernels follow the input (Python's elementwise rule keeps the strides of
 // its size-1 dims): tril and triu (an empty result of the input's sizes),
@@ -528,9 +536,9 @@ bool contiguous_result(const std::string& f) {
   return ops.count(f) != 0;
 }
 
-// Ops whose CPU kernels allocate their result as empty_like(self): self's
-// strides exactly (those of size-1 dims too) when self is dense, where the
-// meta kernels make the result contiguous or follow TensorIterator's rule
+// Ops whose CPU kernels allocate their result as empty_like(self)
+// (empty_like_layout), where the meta kernels make the result contiguous or
+// follow TensorIterator's rule
 // (hardtanh, and relu6 through it, deg2rad and rad2deg write into
 // empty_like(self); frexp's two results both are).
 bool preserves_input_strides(const std::string& f) {
@@ -581,10 +589,7 @@ at::Tensor fft_layout(const std::string& f, const std::vector<c10::IValue>& args
     std::stable_sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
     return dims;
   };
-  if (dim.empty()) {  // a clone
-    return self.is_non_overlapping_and_dense() ? at::empty_strided(m.sizes(), self.strides(), m.options())
-                                               : at::empty(m.sizes(), m.options().memory_format(self.suggest_memory_format()));
-  }
+  if (dim.empty()) return empty_like_layout(self, m.options());  // a clone
   if (f == "aten::_fft_c2c") return at::empty_strided(m.sizes(), fft_strides(self.strides(), m.sizes(), by_stride(self.strides(), dim)), m.options());
   const int64_t last = dim.back();
   dim.pop_back();
@@ -653,11 +658,9 @@ void cpu_kernel_layouts(const Entry& e, const std::vector<c10::IValue>& args, st
     meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
   } else if (preserves_input_strides(f) && !args.empty() && args[0].isTensor() &&
              args[0].toTensor().sizes() == meta[0].sizes()) {
-    const at::Tensor& self = args[0].toTensor();  // (empty_like's rule; the meta device's own differs)
+    const at::Tensor& self = args[0].toTensor();
     for (at::Tensor& m : meta) {
-      if (!m.defined() || m.sizes() != self.sizes()) continue;
-      m = self.is_non_overlapping_and_dense() ? at::empty_strided(self.sizes(), self.strides(), m.options())
-                                              : contiguous_like(m, self.suggest_memory_format());
+      if (m.defined() && m.sizes() == self.sizes()) m = empty_like_layout(self, m.options());
     }
   } else if ((f == "aten::_fft_c2c" || f == "aten::_fft_r2c" || f == "aten::_fft_c2r") && args.size() >= 2 &&
              args[0].isTensor() && args[1].isIntList() && meta[0].dim() == args[0].toTensor().dim()) {

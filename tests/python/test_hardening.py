@@ -848,3 +848,21 @@ def test_var_and_std_of_complex_tensors_are_real():
     want_v, want_m = torch.var_mean(x, 0)
     assert_same(v, want_v, rtol=1e-5, atol=1e-6)
     assert_same(m, want_m, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["flip", "nan_to_num", "hardtanh", "deg2rad", "frexp"])
+def test_empty_like_results_of_strided_inputs_keep_the_inputs_order(name):
+    # empty_like(self) of a tensor that is not dense (a slice, a diagonal, a
+    # permuted slice) is dense in self's order of strides on CPU, not
+    # contiguous. The fuzzer's run found flip of a diagonal and of a permuted
+    # strided tensor (programs 1035 and 6510 of seed 9400000).
+    fn = {"flip": lambda t: t.flip(0), "nan_to_num": torch.nan_to_num, "hardtanh": torch.nn.functional.hardtanh,
+          "deg2rad": torch.deg2rad, "frexp": lambda t: torch.frexp(t)[0]}[name]
+    views = (lambda b: b[:24].view(4, 6)[:, ::2], lambda b: b.view(3, 4, 5).permute(2, 0, 1)[::2],
+             lambda b: b.as_strided((2, 3), (1, 12)), lambda b: b.as_strided((2, 4, 3), (8, 2, 16)))
+    for view in views:  # (taken on each device: a copy to tpu would be dense)
+        base = _t(60)
+        x = view(base)
+        want, got = fn(x), fn(view(base.to("tpu")))
+        assert got.stride() == want.stride(), (x.shape, x.stride(), want.stride(), got.stride())
+        assert_same(got, want)
