@@ -6,6 +6,9 @@ Prints the median time of each op on both devices and the ratio tpu / CPU
 (below 1: tpu faster), after one warm-up call that compiles the program. The
 decompositions loop over columns (LU, QR) or rotations (Jacobi eigh and SVD),
 so the ratio shows what the portable formulation costs against LAPACK.
+Also matrix products with a transposed operand (a linear layer's weight
+gradient x.t() @ g, A.t() @ v), where XLA's CPU kernel depends on the
+operands' orientation.
 """
 
 import argparse
@@ -42,6 +45,13 @@ def main():
     for n in (16, 64):
         a = torch.randn(n, n, generator=g)
         cases += [(f"eigh {n}x{n}", torch.linalg.eigh, (a + a.mT,)), (f"svd {n}x{n}", torch.linalg.svd, (a,))]
+    big = torch.randn(2048, 512, generator=g)
+    for n in (1, 8, 128):
+        cases.append((f"A.t() @ B, 2048x512, B 2048x{n}", lambda a, b: a.t() @ b,
+                      (big, torch.randn(2048, n, generator=g))))
+    cases.append(("A.t() @ v, 2048x512", lambda a, v: a.t() @ v, (big, torch.randn(2048, generator=g))))
+    cases.append(("A.t() @ B.t(), 2048x512, B 128x2048", lambda a, b: a.t() @ b.t(),
+                  (big, torch.randn(128, 2048, generator=g))))
     print(f"{'op':<16} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
     for name, op, xs in cases:
         t = median_seconds(timed(op, "tpu", *xs), args.repeats)

@@ -738,7 +738,9 @@ class LoweredKernel final : public c10::OperatorKernel {
 void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();
-  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  // (moved: the stack's entries are dropped unread, or moved back for the
+  // CPU fallback)
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - n), std::make_move_iterator(stack->end()));
   const int device = op_device(args);
   for (const c10::IValue& v : args) {
     for_each_tensor(v, [&](const at::Tensor& t) {
@@ -753,8 +755,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (e.kind != VariantKind::Functional) check_overlaps(e, args, op.operator_name());
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
-  const lowering::MatmulPrecision precision = matmul_precision();
-  const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(static_cast<uint8_t>(precision)), args);
+  const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args);
   if (auto results = run_kept_plan(sig, args, device)) return push_returns(stack, schema, e, args, std::move(*results));
 
   EagerProgram p(device, sig ? &*sig : nullptr);
@@ -765,12 +766,15 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
     });
   }
   EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args), out_dtype);
-  lowering::Context ctx{p.builder(), a, e.functional, precision};
+  lowering::Context ctx{p.builder(), a, e.functional, &matmul_precision};
   std::vector<Value> results;
   try {
     results = e.fn(ctx);
   } catch (const lowering::Unsupported& err) {
-    if (cpu_fallback_enabled()) return run_cpu_fallback(op, stack);
+    if (cpu_fallback_enabled()) {
+      std::move(args.begin(), args.end(), stack->end() - n);
+      return run_cpu_fallback(op, stack);
+    }
     TORCH_CHECK_NOT_IMPLEMENTED(false, err.msg(), " ", fallback_hint());
   } catch (const c10::Error&) {
     throw;  // the lowering's own check, worded like PyTorch's CPU kernels
@@ -819,7 +823,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (!a.data_dependent()) {
     validate_once(op, args, e, plan->fingerprint, *plan->builder, e.kind == VariantKind::Functional ? results : outputs);
   }
-  if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan);
+  if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan, ctx.read_precision());
   push_returns(stack, schema, e, args, p.run());
 }
 
@@ -899,6 +903,8 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 namespace tpu {
 
-uint32_t current_lowering_globals() { return lowering_globals(static_cast<uint8_t>(matmul_precision())); }
+uint8_t current_matmul_precision() { return static_cast<uint8_t>(matmul_precision()); }
+
+uint32_t current_lowering_globals() { return lowering_globals() | current_matmul_precision(); }
 
 }  // namespace tpu

@@ -48,8 +48,9 @@ void put_numbers(std::string& key, const c10::IValue& v) {
   }
 }
 
-std::string numbers_key(const std::vector<bool>& read, c10::ArrayRef<c10::IValue> args) {
+std::string numbers_key(const std::vector<bool>& read, bool precision, c10::ArrayRef<c10::IValue> args) {
   std::string key;
+  if (precision) put(key, current_matmul_precision());
   for (size_t i = 0; i < read.size() && i < args.size(); ++i) {
     if (read[i]) {
       put(key, static_cast<int16_t>(i));
@@ -63,6 +64,7 @@ std::string numbers_key(const std::vector<bool>& read, c10::ArrayRef<c10::IValue
 // and the plans by those numbers.
 struct Node {
   std::vector<bool> read;
+  bool precision = false;  // whether the lowering read the matmul precision
   std::unordered_map<std::string, std::shared_ptr<const ProgramPlan>> plans;
 };
 
@@ -193,10 +195,10 @@ void OpSignature::add_tensor(const at::Tensor& t) {
   }
 }
 
-uint32_t lowering_globals(uint8_t precision) {
+uint32_t lowering_globals() {
   const auto dtype = static_cast<uint8_t>(c10::typeMetaToScalarType(c10::get_default_dtype()));
   const auto complex = static_cast<uint8_t>(c10::typeMetaToScalarType(c10::get_default_complex_dtype()));
-  return uint32_t{precision} | uint32_t{dtype} << 8 | uint32_t{complex} << 16;
+  return uint32_t{dtype} << 8 | uint32_t{complex} << 16;
 }
 
 std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args) {
@@ -220,14 +222,14 @@ std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayR
   std::lock_guard<std::mutex> lock(g_mu);
   auto node = g_nodes.find(sig.key());
   if (node == g_nodes.end()) return nullptr;
-  auto plan = node->second.plans.find(numbers_key(node->second.read, args));
+  auto plan = node->second.plans.find(numbers_key(node->second.read, node->second.precision, args));
   if (plan == node->second.plans.end()) return nullptr;
   ++g_reused;
   return plan->second;
 }
 
 void keep_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const std::vector<bool>& read,
-               std::shared_ptr<const ProgramPlan> plan) {
+               std::shared_ptr<const ProgramPlan> plan, bool read_precision) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_nodes.size() >= kMaxNodes) {
     g_nodes.clear();
@@ -236,7 +238,8 @@ void keep_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const st
   Node& node = g_nodes[sig.key()];
   // The plans kept so far were told apart by fewer numbers: this lowering
   // read more (it branched on a value), so key them all by the union.
-  bool grew = node.read.size() < read.size();
+  bool grew = node.read.size() < read.size() || (read_precision && !node.precision);
+  node.precision = node.precision || read_precision;
   if (grew) node.read.resize(read.size());
   for (size_t i = 0; i < read.size(); ++i) {
     if (read[i] && !node.read[i]) {
@@ -248,7 +251,7 @@ void keep_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const st
     g_plans -= node.plans.size();
     node.plans.clear();
   }
-  if (node.plans.emplace(numbers_key(node.read, args), std::move(plan)).second) ++g_plans;
+  if (node.plans.emplace(numbers_key(node.read, node.precision, args), std::move(plan)).second) ++g_plans;
 }
 
 bool op_memo_enabled() {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
@@ -49,8 +50,8 @@ class OpSignature {
 
   std::string key_;
   bool memoizable_ = true;
-  std::vector<const c10::StorageImpl*> storages_;
-  std::vector<const at::Tensor*> first_;  // into the arguments
+  c10::SmallVector<const c10::StorageImpl*, 4> storages_;
+  c10::SmallVector<const at::Tensor*, 4> first_;  // into the arguments
   std::unordered_map<const c10::StorageImpl*, int> index_;  // of storages_, once there are many
 };
 
@@ -58,11 +59,14 @@ class OpSignature {
 // cannot be described.
 std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args);
 
-// The global state a lowering may read, packed for a signature: the default
-// float and complex dtypes (torch.set_default_dtype) and `precision` (the
-// matmul precision in force). A plan built under other globals is never
-// replayed.
-uint32_t lowering_globals(uint8_t precision);
+// The global state every lowering may read, packed for a signature: the
+// default float and complex dtypes (torch.set_default_dtype). A plan built
+// under other globals is never replayed. (The matmul precision in force is
+// read by few lowerings: a plan whose lowering read it is keyed by it too,
+// and other ops do not look it up.)
+uint32_t lowering_globals();
+// torch.get_float32_matmul_precision() as lowering::MatmulPrecision's value.
+uint8_t current_matmul_precision();
 // Runs the plan kept for this call, if there is one; its results.
 std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSignature>& sig,
                                                      c10::ArrayRef<c10::IValue> args, int device);
@@ -70,9 +74,10 @@ std::optional<std::vector<at::Tensor>> run_kept_plan(const std::optional<OpSigna
 // The plan built for this signature and these number values, if any.
 std::shared_ptr<const ProgramPlan> find_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args);
 // Keep `plan`, built for `args`, whose lowering read the numbers of the
-// arguments marked in `read`.
+// arguments marked in `read` (and the matmul precision, if
+// `read_precision`).
 void keep_plan(const OpSignature& sig, c10::ArrayRef<c10::IValue> args, const std::vector<bool>& read,
-               std::shared_ptr<const ProgramPlan> plan);
+               std::shared_ptr<const ProgramPlan> plan, bool read_precision = false);
 
 // TORCH_TPU_OP_MEMO=0 (or set_op_memo(false)) builds every op's program
 // anew: for debugging the memo.

@@ -154,22 +154,26 @@ pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program,
 pjrt::ExecutablePtr ExecutableCache::get_or_compile(const std::string& program_key,
                                                     const std::function<std::string()>& program,
                                                     const std::string& options) {
-  std::string key;
-  key.reserve(program_key.size() + options.size() + 1);
-  key += options;
-  key += '\0';
-  key += program_key;
+  // The key of a hit is built in a buffer of the thread's own (a hit is
+  // every eager op's path: no allocation).
+  thread_local std::string scratch;
+  scratch.assign(options);
+  scratch += '\0';
+  scratch += program_key;
   {
     std::unique_lock<std::mutex> lock(mu_);
     // Being preloaded: wait for it rather than load it twice.
-    loaded_.wait_for(lock, std::chrono::seconds(10), [&] { return inflight_.count(key) == 0; });
-    auto it = entries_.find(key);
+    if (!inflight_.empty()) {
+      loaded_.wait_for(lock, std::chrono::seconds(10), [&] { return inflight_.count(scratch) == 0; });
+    }
+    auto it = entries_.find(scratch);
     if (it != entries_.end()) {
       ++stats_.hits;
       lru_.splice(lru_.begin(), lru_, it->second.lru);  // most recently used
       return it->second.exe;
     }
   }
+  std::string key = scratch;
   // Compile outside the lock: other threads keep running cached programs. Two
   // threads missing on the same program both compile; the first one stored wins.
   const uint64_t hash = fingerprint64(identity_ + '\0' + key);

@@ -535,7 +535,19 @@ Value Builder::transpose(Value x, const Dims& perm) {
     identity &= perm[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
-  return emit1("stablehlo.transpose", {x}, Type{dtype(x), d}, "permutation = " + array_attr(perm));
+  Value v = emit1("stablehlo.transpose", {x}, Type{dtype(x), d}, "permutation = " + array_attr(perm));
+  transposes_.emplace(v.id, std::make_pair(x, perm));
+  return v;
+}
+
+Value Builder::barrier(Value x) { return emit1("stablehlo.optimization_barrier", {x}, type(x)); }
+
+bool Builder::transposed(Value v, Value* source, Dims* perm) const {
+  auto it = transposes_.find(v.id);
+  if (it == transposes_.end()) return false;
+  *source = it->second.first;
+  *perm = it->second.second;
+  return true;
 }
 
 Value Builder::broadcast_in_dim(Value x, const Dims& d, const Dims& bdims) {

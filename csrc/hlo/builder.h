@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -130,6 +131,10 @@ class Builder {
   // ---- shapes ---------------------------------------------------------------
   Value reshape(Value x, const Dims& dims);
   Value transpose(Value x, const Dims& perm);
+  // x, unseen through by XLA's rewrites (stablehlo.optimization_barrier).
+  Value barrier(Value x);
+  // Whether `v` was made by transpose(): then its operand and permutation.
+  bool transposed(Value v, Value* source, Dims* perm) const;
   Value broadcast_in_dim(Value x, const Dims& dims, const Dims& broadcast_dimensions);
   // NumPy-style: align trailing dimensions of x with `dims`.
   Value broadcast_to(Value x, const Dims& dims);
@@ -204,6 +209,7 @@ class Builder {
 
   std::deque<Type> types_;  // a deque: references stay valid as values are added
   std::unordered_set<int> broadcast_;  // values made by broadcast_in_dim (see div)
+  std::unordered_map<int, std::pair<Value, Dims>> transposes_;  // values made by transpose, their operands
   std::vector<Value> params_;
   // The main function's parameters, and the types and names of `results`.
   std::vector<Parameter> parameters() const;

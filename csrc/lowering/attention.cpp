@@ -48,7 +48,7 @@ Attention describe(Context& c, size_t q_arg, size_t k_arg, size_t v_arg) {
   a.S = k.sizes[a.n - 2];
   a.dtype = q.dtype;
   a.ct = to_hlo(opmath_type(q.dtype));
-  a.highest = c.precision == MatmulPrecision::Highest || q.dtype == at::kDouble;
+  a.highest = c.precision() == MatmulPrecision::Highest || q.dtype == at::kDouble;
   return a;
 }
 
@@ -159,11 +159,11 @@ std::vector<Value> lower_sdpa_backward(Context& c) {
     gq = cast(b, b.mul(r, b.full(scale, a.ct, b.dims(r))), a.dtype);
   }
   if (wanted(1)) {
-    Value r = b.dot_general(ds, q, a.batch, a.batch, {a.n - 2}, {a.n - 2}, a.ct, a.highest);
+    Value r = contract_major_dims(b, ds, q, a.batch, a.ct, a.highest);
     gk = cast(b, b.mul(r, b.full(scale, a.ct, b.dims(r))), a.dtype);
   }
   if (wanted(2)) {
-    gv = cast(b, b.dot_general(p, g, a.batch, a.batch, {a.n - 2}, {a.n - 2}, a.ct, a.highest), a.dtype);
+    gv = cast(b, contract_major_dims(b, p, g, a.batch, a.ct, a.highest), a.dtype);
   }
   if (c.args.has(4)) {
     gb = zeros_like(4);

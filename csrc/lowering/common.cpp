@@ -75,6 +75,24 @@ Dims kept_shape(const Dims& sizes, const Dims& dims, bool keepdim) {
   return out;
 }
 
+Value contract_major_dims(Builder& b, Value x, Value y, const Dims& batch, DType acc, bool highest) {
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  const bool vector = b.rank(y) == nb + 1;
+  const int64_t m = b.dims(x)[nb + 1], n = vector ? 1 : b.dims(y)[nb + 1];
+  if (!vector && m <= n) return b.dot_general(x, y, batch, batch, {nb}, {nb}, acc, highest);
+  Value r = b.dot_general(y, x, batch, batch, {nb}, {nb}, acc, highest);  // [batch..., N, M]
+  return vector ? r : product_transposed(b, r, nb);
+}
+
+Value product_transposed(Builder& b, Value product, int64_t batch_dims) {
+  Dims back;
+  for (int64_t i = 0; i < batch_dims; ++i) back.push_back(i);
+  back.push_back(batch_dims + 1);
+  back.push_back(batch_dims);
+  // (the barrier keeps the product as written)
+  return b.transpose(b.barrier(product), back);
+}
+
 Value sum_over(Builder& b, Value x, const Dims& dims) {
   if (dims.empty()) return x;
   const DType dt = b.dtype(x);

@@ -96,8 +96,9 @@ std::vector<Value> lower_foreach(Context& c) {
   std::vector<Value> out;
   for (size_t k = 0; k < n; ++k) {
     ElementArgs ea(c.args, k, values, infos);
-    Context ec{c.b, ea, it->second, c.precision};
+    Context ec{c.b, ea, it->second, c.read_precision_, c.precision_};
     std::vector<Value> r = fn(ec);
+    c.precision_ = ec.precision_;
     out.push_back(r.at(0));
   }
   return out;

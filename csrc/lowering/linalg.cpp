@@ -1,11 +1,39 @@
 // Matrix products: mm, bmm, addmm.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "csrc/lowering/common.h"
 
 namespace tpu::lowering {
 
 namespace {
+
+// A matrix product whose lhs is a transposed matrix (x.t() @ y, the weight
+// gradient of a linear layer, A.t() @ v): XLA's CPU backend folds the
+// transpose into the product, contracting the lhs along its major dim, which
+// is slow in one orientation (contract_major_dims picks the other). With a
+// transposed rhs too, S^T R^T = (R S)^T is a plain product. Batch dims lead
+// (mm, bmm, mv, addmm, baddbmm).
+std::optional<Value> contract_transposed_lhs(Builder& b, Value lhs, Value rhs, const Dims& batch, int64_t lc,
+                                             int64_t rc, DType acc, bool highest) {
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  for (int64_t i = 0; i < nb; ++i) {
+    if (batch[i] != i) return std::nullopt;
+  }
+  Value source, rsource;
+  Dims perm, rperm;
+  // (a transpose of rank nb + 2 that keeps the batch dims swaps the last two)
+  auto swaps_last_two = [&](const Dims& p) { return std::equal(p.begin(), p.begin() + nb, batch.begin()); };
+  if (b.rank(lhs) != nb + 2 || lc != nb + 1 || rc != nb || !b.transposed(lhs, &source, &perm) ||
+      !swaps_last_two(perm)) {
+    return std::nullopt;
+  }
+  if (b.rank(rhs) == nb + 2 && b.transposed(rhs, &rsource, &rperm) && swaps_last_two(rperm)) {
+    return product_transposed(b, b.dot_general(rsource, source, batch, batch, {nb + 1}, {nb}, acc, highest), nb);
+  }
+  return contract_major_dims(b, source, rhs, batch, acc, highest);
+}
 
 // lhs x rhs contracting lhs[lc] with rhs[rc] over batch dims; half and
 // bfloat16 accumulate in float.
@@ -19,7 +47,10 @@ Value contract(Context& c, Value lhs, Value rhs, const Dims& batch, int64_t lc, 
                                                                             : "addmm_impl_cpu_",
                               "\" not implemented for 'Bool'");
   const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
-  const bool highest = c.precision == MatmulPrecision::Highest || t == at::kDouble;
+  const bool highest = c.precision() == MatmulPrecision::Highest || t == at::kDouble;
+  if (std::optional<Value> r = contract_transposed_lhs(c.b, lhs, rhs, batch, lc, rc, to_hlo(acc), highest)) {
+    return cast(c.b, *r, t);
+  }
   Value r = c.b.dot_general(lhs, rhs, batch, batch, {lc}, {rc}, to_hlo(acc), highest);
   return cast(c.b, r, t);
 }
@@ -365,7 +396,7 @@ TPU_LOWERINGS(linalg) {
     Builder& b = c.b;
     const at::ScalarType acc = a.dtype == at::kHalf || a.dtype == at::kBFloat16 ? at::kFloat : a.dtype;
     Value prod = b.dot_general(c.args.tensor(1), c.args.tensor(2), {}, {}, {0, 2}, {0, 1},
-                               to_hlo(acc), c.precision == MatmulPrecision::Highest);
+                               to_hlo(acc), c.precision() == MatmulPrecision::Highest);
     return one(scaled_sum(c, cast(b, prod, a.dtype), a.dtype, 0, 3, 4));
   });
   reg("aten::addr", [](Context& c) {

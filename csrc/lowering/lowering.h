@@ -167,7 +167,15 @@ struct Context {
   Builder& b;
   Args& args;
   std::string_view op;  // e.g. "aten::add.Tensor"
-  MatmulPrecision precision = MatmulPrecision::Highest;
+  // The precision in force, looked up on first use: a program whose
+  // lowering read it is kept for that precision only.
+  MatmulPrecision precision() {
+    if (!precision_) precision_ = read_precision_();
+    return *precision_;
+  }
+  MatmulPrecision (*read_precision_)() = nullptr;
+  std::optional<MatmulPrecision> precision_ = std::nullopt;
+  bool read_precision() const { return precision_.has_value(); }
 };
 
 using LoweringFn = std::vector<Value> (*)(Context&);

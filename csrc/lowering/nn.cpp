@@ -478,17 +478,30 @@ std::vector<Value> lower_layer_norm_backward(Context& c) {
   Value gw = c.args.has(5) ? b.mul(g, b.broadcast_to(b.convert(c.args.tensor(5), ct), in.sizes)) : g;
   Value gi, gwt, gbs;
   Dims stat_dims(in.sizes.begin(), in.sizes.begin() + axis);
+  // The sums over the normalized dims and over the leading ones, as products
+  // with a vector of ones: XLA's CPU reductions of a [rows, columns] value
+  // take 3-4x CPU PyTorch's time, its matrix-vector products less (the
+  // backward of a (32, 64, 128) layer norm: about a quarter less time).
+  const int64_t R = count_over(in.sizes, lead), C = count_over(in.sizes, red);
+  auto sum_red = [&](Value v) {
+    Value r = b.dot_general(b.reshape(v, {R, C}), b.full(1.0, ct, {C}), {}, {}, {1}, {0}, ct, true);
+    return b.reshape(r, stat_dims);
+  };
+  auto sum_lead = [&](Value v) {
+    Value r = b.dot_general(b.full(1.0, ct, {R}), b.reshape(v, {R, C}), {}, {}, {0}, {0}, ct, true);
+    return b.reshape(r, Dims(in.sizes.begin() + axis, in.sizes.end()));
+  };
   if (mask[0]) {
-    Value s1 = b.broadcast_in_dim(sum_over(b, gw, red), in.sizes, lead);
-    Value s2 = b.broadcast_in_dim(sum_over(b, b.mul(gw, xhat), red), in.sizes, lead);
+    Value s1 = b.broadcast_in_dim(sum_red(gw), in.sizes, lead);
+    Value s2 = b.broadcast_in_dim(sum_red(b.mul(gw, xhat)), in.sizes, lead);
     Value inner = b.sub(b.sub(b.mul(gw, b.full(n, ct, in.sizes)), s1), b.mul(xhat, s2));
     gi = cast(b, b.mul(b.div(rstd, b.full(n, ct, in.sizes)), inner), t);
   }
   if (mask.size() > 1 && mask[1] && c.args.has(5)) {
-    gwt = cast(b, sum_over(b, b.mul(g, xhat), lead), c.args.info(5).dtype);
+    gwt = cast(b, sum_lead(b.mul(g, xhat)), c.args.info(5).dtype);
   }
   if (mask.size() > 2 && mask[2] && c.args.has(6)) {
-    gbs = cast(b, sum_over(b, g, lead), c.args.info(6).dtype);
+    gbs = cast(b, sum_lead(g), c.args.info(6).dtype);
   }
   return {gi, gwt, gbs};
 }

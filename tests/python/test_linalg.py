@@ -357,3 +357,50 @@ def test_eig_gradients_match_cpu(dtype):
         grads.append((g.cpu(), gv.cpu()))
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8)
+
+
+def _products_with_a_transposed_lhs():
+    """(name, op, operands): products whose first operand is a transposed
+    view, the case computed as the transposed product of swapped operands."""
+    cases = []
+    for k, m, n in [(64, 32, 1), (64, 32, 5), (33, 40, 7), (16, 8, 8), (16, 3, 9), (0, 4, 2), (5, 0, 3), (7, 4, 0)]:
+        cases.append((f"mm {k}x{m}x{n}", lambda s, r: s.t() @ r, (rand(k, m, seed=k), rand(k, n, seed=n + 1))))
+        cases.append((f"mm rhs transposed {k}x{m}x{n}", lambda s, r: torch.mm(s.t(), r.t()),
+                      (rand(k, m, seed=k), rand(n, k, seed=n + 2))))
+    cases.append(("mv", lambda s, v: torch.mv(s.t(), v), (rand(40, 30), rand(40, seed=3))))
+    cases.append(("matmul vector", lambda s, v: s.mT @ v, (rand(40, 30), rand(40, seed=4))))
+    cases.append(("bmm", lambda s, r: torch.bmm(s.transpose(1, 2), r), (rand(3, 20, 12), rand(3, 20, 2, seed=5))))
+    cases.append(("bmm rhs transposed", lambda s, r: torch.bmm(s.transpose(1, 2), r.transpose(1, 2)),
+                  (rand(3, 20, 12), rand(3, 4, 20, seed=6))))
+    cases.append(("addmm", lambda c, s, r: torch.addmm(c, s.t(), r, beta=0.5, alpha=2.0),
+                  (rand(12, 3, seed=7), rand(20, 12), rand(20, 3, seed=8))))
+    cases.append(("baddbmm", lambda c, s, r: torch.baddbmm(c, s.transpose(1, 2), r, alpha=0.5),
+                  (rand(2, 12, 3, seed=9), rand(2, 20, 12), rand(2, 20, 3, seed=10))))
+    cases.append(("sliced lhs", lambda s, r: s[1:, ::2].t() @ r, (rand(21, 24), rand(20, 3, seed=11))))
+    return cases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.complex64], ids=str)
+@pytest.mark.parametrize("case", _products_with_a_transposed_lhs(), ids=lambda c: c[0])
+def test_products_with_a_transposed_lhs_are_cpus(case, dtype):
+    _, op, xs = case
+    xs = [x.to(dtype) for x in xs]
+    if dtype.is_complex:
+        xs = [x + 0.5j * x.flip(-1) for x in xs]
+    got = op(*tpu(*xs))
+    want = op(*xs)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else TOL
+    assert_same(got, want, **tol)
+    assert got.stride() == want.stride()
+
+
+def test_weight_gradient_of_a_linear_layer_is_cpus():
+    """A linear layer's weight gradient is g.t() @ x: more output features
+    than input features puts the larger free dim on the transposed side."""
+    x, w = rand(64, 8, seed=1), rand(32, 8, seed=2)
+    g = rand(64, 32, seed=3)
+    wt = w.to("tpu").requires_grad_()
+    torch.nn.functional.linear(x.to("tpu"), wt).backward(g.to("tpu"))
+    wc = w.clone().requires_grad_()
+    torch.nn.functional.linear(x, wc).backward(g)
+    close(wt.grad, wc.grad)

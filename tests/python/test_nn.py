@@ -87,6 +87,29 @@ def test_norms():
     check(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
 
 
+@pytest.mark.parametrize("shape,normalized", [((32, 16, 24), (24,)), ((3, 4, 5, 6), (5, 6)), ((7, 1), (1,)),
+                                              ((0, 5), (5,)), ((2, 3), (2, 3)), ((4, 0, 3), (0, 3))], ids=str)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm_gradients_are_cpus(shape, normalized, affine):
+    """The layer norm backward sums over the normalized and the leading dims
+    as products with ones: every gradient, every shape, as on CPU."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g) * 3 + 1
+    w, b = torch.randn(normalized, generator=g), torch.randn(normalized, generator=g)
+    wt = w if affine != "none" else None
+    bt = b if affine == "both" else None
+    check(lambda x, w, b: F.layer_norm(x, normalized, w if wt is not None else None, b if bt is not None else None),
+          x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64], ids=str)
+def test_layer_norm_gradients_in_other_dtypes_are_cpus(dtype):
+    x = torch.randn(6, 10, 16).to(dtype)
+    w, b = torch.randn(16).to(dtype), torch.randn(16).to(dtype)
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-7, atol=1e-9)
+    check(lambda x, w, b: F.layer_norm(x, (16,), w, b), x, w, b, **tol)
+
+
 def test_batch_norm_updates_running_stats():
     torch.manual_seed(0)
     bn_c = torch.nn.BatchNorm1d(5)

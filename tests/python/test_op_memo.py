@@ -306,5 +306,32 @@ def test_matmul_precision_is_part_of_the_signature():
         r = a @ a
         assert torch_tpu.counters()["programs_built"] == built + 1
         torch.testing.assert_close(r.cpu(), a.cpu() @ a.cpu(), rtol=2e-2, atol=2e-2)
+        # Both plans are kept: going back replays the first one.
+        torch.set_float32_matmul_precision("highest")
+        torch.testing.assert_close((a @ a).cpu(), a.cpu() @ a.cpu())
+        a + 1
+        built = torch_tpu.counters()["programs_built"]
+        # An op whose lowering does not read the precision replays its plan
+        # under any precision.
+        torch.set_float32_matmul_precision("medium")
+        a + 1
+        a @ a
+        assert torch_tpu.counters()["programs_built"] == built
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+def test_foreach_ops_replay_under_another_matmul_precision():
+    """A _foreach op runs its element's lowering per list entry: what that
+    lowering read (not the precision, for an add) decides its plan's key."""
+    old = torch.get_float32_matmul_precision()
+    xs = [torch.randn(4, 4, device="tpu") for _ in range(2)]
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch._foreach_add(xs, xs)
+        built = torch_tpu.counters()["programs_built"]
+        torch.set_float32_matmul_precision("medium")
+        torch._foreach_add(xs, xs)
+        assert torch_tpu.counters()["programs_built"] == built
     finally:
         torch.set_float32_matmul_precision(old)
