@@ -52,11 +52,11 @@ def main():
     cases.append(("A.t() @ v, 2048x512", lambda a, v: a.t() @ v, (big, torch.randn(2048, generator=g))))
     cases.append(("A.t() @ B.t(), 2048x512, B 128x2048", lambda a, b: a.t() @ b.t(),
                   (big, torch.randn(128, 2048, generator=g))))
-    print(f"{'op':<16} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
+    print(f"{'op':<40} {'tpu ms':>10} {'cpu ms':>10} {'tpu/cpu':>8}")
     for name, op, xs in cases:
         t = median_seconds(timed(op, "tpu", *xs), args.repeats)
         c = median_seconds(timed(op, "cpu", *xs), args.repeats)
-        print(f"{name:<16} {t * 1e3:>10.3f} {c * 1e3:>10.3f} {t / c:>8.1f}")
+        print(f"{name:<40} {t * 1e3:>10.3f} {c * 1e3:>10.3f} {t / c:>8.1f}")
 
 
 if __name__ == "__main__":
