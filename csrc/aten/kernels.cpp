@@ -823,7 +823,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (!a.data_dependent()) {
     validate_once(op, args, e, plan->fingerprint, *plan->builder, e.kind == VariantKind::Functional ? results : outputs);
   }
-  if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan, ctx.read_precision());
+  if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan, ctx.precision_read.has_value());
   push_returns(stack, schema, e, args, p.run());
 }
 

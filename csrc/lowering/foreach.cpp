@@ -96,9 +96,9 @@ std::vector<Value> lower_foreach(Context& c) {
   std::vector<Value> out;
   for (size_t k = 0; k < n; ++k) {
     ElementArgs ea(c.args, k, values, infos);
-    Context ec{c.b, ea, it->second, c.read_precision_, c.precision_};
+    Context ec{c.b, ea, it->second, c.lookup_precision, c.precision_read};
     std::vector<Value> r = fn(ec);
-    c.precision_ = ec.precision_;
+    c.precision_read = ec.precision_read;
     out.push_back(r.at(0));
   }
   return out;

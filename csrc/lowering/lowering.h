@@ -167,15 +167,15 @@ struct Context {
   Builder& b;
   Args& args;
   std::string_view op;  // e.g. "aten::add.Tensor"
-  // The precision in force, looked up on first use: a program whose
-  // lowering read it is kept for that precision only.
+  // How the precision in force is looked up (Highest when none is given).
+  MatmulPrecision (*lookup_precision)() = nullptr;
+  // The precision, once a lowering asked for it: a program whose lowering
+  // read it is kept for that precision only.
+  std::optional<MatmulPrecision> precision_read = std::nullopt;
   MatmulPrecision precision() {
-    if (!precision_) precision_ = read_precision_();
-    return *precision_;
+    if (!precision_read) precision_read = lookup_precision ? lookup_precision() : MatmulPrecision::Highest;
+    return *precision_read;
   }
-  MatmulPrecision (*read_precision_)() = nullptr;
-  std::optional<MatmulPrecision> precision_ = std::nullopt;
-  bool read_precision() const { return precision_.has_value(); }
 };
 
 using LoweringFn = std::vector<Value> (*)(Context&);

@@ -482,7 +482,7 @@ std::vector<Value> lower_layer_norm_backward(Context& c) {
   // with a vector of ones: XLA's CPU reductions of a [rows, columns] value
   // take 3-4x CPU PyTorch's time, its matrix-vector products less (the
   // backward of a (32, 64, 128) layer norm: about a quarter less time).
-  const int64_t R = count_over(in.sizes, lead), C = count_over(in.sizes, red);
+  const int64_t R = count_over(in.sizes, lead), C = static_cast<int64_t>(n);
   auto sum_red = [&](Value v) {
     Value r = b.dot_general(b.reshape(v, {R, C}), b.full(1.0, ct, {C}), {}, {}, {1}, {0}, ct, true);
     return b.reshape(r, stat_dims);
