@@ -35,13 +35,23 @@ Value uniform01(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
   return b.mul(b.convert(m, DType::F32), b.full(std::ldexp(1.0, -mant), DType::F32, shape));
 }
 
-// Uniform in the open interval (0, 1).
+// Uniform in the open interval (0, 1), in the compute type (f64 for
+// double, else f32, whose results the callers round to `dt`): the odd
+// multiples of 2^-mant (mant: the compute type's significand bits), drawn
+// from mant - 1 random bits. Each is exact, so none rounds to 1 (adding half
+// a step to uniform01's values would: above 1/2 they are a full step of the
+// significand apart), and the set is symmetric about 1/2: 1 - u and 2u - 1
+// are exact too, and 2u - 1 never reaches -1 or 1.
 Value uniform_open(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
   Builder& b = c.b;
   const DType ct = dt == DType::F64 ? DType::F64 : DType::F32;
-  Value u = uniform01(c, gen_arg, shape, ct);
-  const int mant = dt == DType::F64 ? 53 : dt == DType::BF16 ? 8 : dt == DType::F16 ? 11 : 24;
-  return b.add(u, b.full(std::ldexp(0.5, -mant), ct, shape));
+  const int mant = ct == DType::F64 ? 53 : 24;
+  const DType bits_dt = ct == DType::F64 ? DType::U64 : DType::U32;
+  const int width = ct == DType::F64 ? 64 : 32;
+  Value bits = random_bits(c, gen_arg, shape, bits_dt);
+  Value m = b.convert(b.binary("stablehlo.shift_right_logical", bits, b.full_int(width - (mant - 1), bits_dt, shape)), ct);
+  Value odd = b.add(b.mul(m, b.full(2.0, ct, shape)), b.full(1.0, ct, shape));
+  return b.mul(odd, b.full(std::ldexp(1.0, -mant), ct, shape));
 }
 
 Value standard_normal(Context& c, size_t gen_arg, const Dims& shape, DType dt) {

@@ -68,6 +68,24 @@ def test_normal_statistics():
     close(m[1::2].mean().item(), 10.0, 0.02)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_samplers_from_an_open_interval_never_reach_its_ends(dtype):
+    # A uniform in (0, 1) made by adding half a step to a [0, 1) grid rounds
+    # to 1 at the top of float32's grid (about once in 2^24 draws): randn
+    # gave inf there, geometric_ 0, exponential_ 0. 2^25 draws of each.
+    n = 1 << 25
+    z = seeded(lambda: torch.randn(n, device="tpu", dtype=dtype), seed=0).cpu()
+    assert torch.isfinite(z).all()
+    # Every dtype draws from float32's grid and rounds the normal, so the
+    # tails of half-precision normals are float32's, not cut at 2.7.
+    assert z.abs().max().item() > 5
+    assert z.max().item() == -z.min().item()  # the draws are symmetric about 0
+    g = seeded(lambda: torch.empty(n, device="tpu", dtype=dtype).geometric_(0.5), seed=1).cpu()
+    assert g.min().item() >= 1
+    e = seeded(lambda: torch.empty(n, device="tpu", dtype=dtype).exponential_(1.0), seed=2).cpu()
+    assert torch.isfinite(e).all() and e.min().item() > 0
+
+
 def test_integer_and_bernoulli_statistics():
     r = seeded(lambda: torch.randint(3, 17, (N,), device="tpu")).cpu()
     assert r.dtype == torch.int64 and r.min() == 3 and r.max() == 16
