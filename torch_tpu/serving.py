@@ -6,16 +6,20 @@ own length) compiles a program per step. This engine never does that after
 warm-up:
 
 - **A slotted KV cache, preallocated.** Each layer keeps keys and values of
-  shape ``(slots, max_len + 1, kv_heads, head_dim)``; a request owns one slot
+  shape ``(slots, kv_heads, max_len + 1, head_dim)``; a request owns one slot
   (a row) from admission to its end. Writes go through ``index_copy_`` at flat
-  indices computed on the device; the extra column ``max_len`` of each row is
-  a write-only sink for padding.
-- **Buckets.** Prefill runs one request padded to a prompt-length bucket;
-  decode runs the first ``B`` slots (``B`` a batch bucket holding every live
-  slot) attending over the first ``K`` cache positions (``K`` a KV-length
-  bucket holding the longest live sequence). Each (function, shapes) pair is
-  one program compiled by ``torch.compile(backend="tpu")`` and captured for
-  replay at start-up (``Engine.warmup``), so steady state only replays.
+  indices computed on the device; the extra position ``max_len`` of each row
+  is a write-only sink for padding. A decode step writes its new keys first
+  and then attends over a window of the rows it updated in place: its
+  program reads no value it overwrites, so XLA copies nothing.
+- **Buckets.** Prefill packs the prompts admitted together into one
+  sequence (each attends to its own tokens only), padded to a length
+  bucket; decode runs the first ``B`` slots (``B`` a batch bucket holding
+  every live slot) attending over the first ``K`` cache positions (``K`` a
+  KV-length bucket holding the longest live sequence). Each (function,
+  shapes) pair is one program compiled by ``torch.compile(backend="tpu")``
+  and captured for replay at start-up (``Engine.warmup``), so steady state
+  only replays.
 - **Continuous batching.** Requests join (after their prefill) and leave (at
   a stop token, ``max_tokens`` or the context length) between decode steps;
   a slot freed is taken by the next waiting request.
@@ -167,40 +171,51 @@ class Request:
 
 
 class _SlotCache:
-    """Keys and values of every layer, one row per slot. ``write_index``
-    (flat row * (max_len + 1) + position, per new token) says where this
-    call's keys go; ``read`` is None in prefill (attention over the prompt's
-    own keys) or ``(B, K)`` in decode (the first B rows' first K positions,
-    then the new token's key)."""
+    """Keys and values of every layer, one row per slot, (slots, kv_heads,
+    max_len + 1, head_dim): heads before positions, so that a window of the
+    first B rows and K positions is what attention multiplies by, without a
+    transpose. ``write_index`` (flat, over (B, kv_heads, T) of this call's
+    keys, into the cache viewed as (-1, head_dim)) says where this call's
+    keys go; ``read`` is None in prefill (attention over the prompt's own
+    keys) or ``(B, K)`` in decode (the first B rows' first K positions, this
+    call's keys written there first)."""
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
         self.keys = keys
         self.values = values
         self.write_index: torch.Tensor | None = None
         self.read: tuple[int, int] | None = None
-        self.new_keys: list[torch.Tensor] = []
-        self.new_values: list[torch.Tensor] = []
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        self.write(layer_idx, key_states, value_states, self.write_index)
         if self.read is None:
-            self.write(layer_idx, key_states, value_states, self.write_index)
             return key_states, value_states
-        # Decode: the cached keys, then this call's own. The new keys are
-        # written by a program of their own (``Engine._write``): XLA copies
-        # a whole buffer that one program both reads and updates in place.
         rows, length = self.read
-        k_cache, v_cache = self.keys[layer_idx], self.values[layer_idx]
-        self.new_keys.append(key_states)
-        self.new_values.append(value_states)
-        return (torch.cat([k_cache[:rows, :length].transpose(1, 2), key_states], 2),
-                torch.cat([v_cache[:rows, :length].transpose(1, 2), value_states], 2))
+        return self.keys[layer_idx][:rows, :, :length], self.values[layer_idx][:rows, :, :length]
 
     def write(self, layer_idx, key_states, value_states, index):
-        """Writes (B, H, T, D) keys and values at the flat indices (B * T)."""
-        b, h, t, d = key_states.shape
-        self.keys[layer_idx].view(-1, h, d).index_copy_(0, index, key_states.transpose(1, 2).reshape(b * t, h, d))
-        self.values[layer_idx].view(-1, h, d).index_copy_(0, index,
-                                                          value_states.transpose(1, 2).reshape(b * t, h, d))
+        """Writes (B, H, T, D) keys and values at the flat indices (B * H * T)."""
+        d = key_states.shape[-1]
+        self.keys[layer_idx].view(-1, d).index_copy_(0, index, key_states.reshape(-1, d))
+        self.values[layer_idx].view(-1, d).index_copy_(0, index, value_states.reshape(-1, d))
+
+    def window(self, length: int) -> int:
+        """The positions decode attends over when the longest sequence fits
+        in ``length``: those, or every position of the rows when that is
+        more than half of them (a window shorter than the rows is a strided
+        slice, which XLA copies before the product: a copy of more than
+        half the rows costs more than reading all of them; masked anyway)."""
+        width = self.keys[0].shape[2]
+        return width if 2 * length > width else length
+
+    def flat_index(self, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """Flat indices (B * H * T) of positions ``columns`` (B, T) of every
+        head of slots ``rows`` ((B,), or (B, T): a slot per key), in the
+        order of (B, H, T) keys."""
+        _, heads, width, _ = self.keys[0].shape
+        h = torch.arange(heads, device=rows.device)
+        r = rows[:, None, None] if rows.dim() == 1 else rows[:, None, :]
+        return ((r * heads + h[None, :, None]) * width + columns[:, None, :]).reshape(-1)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0
@@ -270,12 +285,15 @@ def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def _uniform(seed: torch.Tensor, position: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """Uniform (0, 1) floats from a splitmix64 hash of (seed, position,
-    token id): the same triple always draws the same number."""
+    token id): the same triple always draws the same number. The values are
+    the odd multiples of 2^-24, exact in float32 (half a step added to 24
+    bits would round to 1 at the top, and make that token's Gumbel key
+    infinite)."""
     x = seed * _GOLDEN + position * _MIX1 + token * _MIX2
     x = (x ^ _shr(x, 30)) * _MIX1
     x = (x ^ _shr(x, 27)) * _MIX2
     x = x ^ _shr(x, 31)
-    return (_shr(x, 40).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return (_shr(x, 41) * 2 + 1).to(torch.float32) * (1.0 / (1 << 24))
 
 
 def _sample(logits, temperature, top_k, top_p, seed, position, greedy_only: bool):
@@ -316,12 +334,13 @@ class EngineConfig:
     """``max_slots``: requests decoded together at most (the cache's rows).
     ``max_len``: prompt plus output tokens of one request at most (the
     cache's columns). The buckets default to powers of two up to those
-    bounds: ``prefill_buckets`` (padded prompt lengths, from 16),
-    ``batch_buckets`` (decode batch sizes, from 1), ``kv_buckets`` (cache
-    positions decode attends over, from 64). ``prefills_per_step``: requests
-    admitted between two decode steps at most; they are prefilled together,
-    in one program of a ``prefill_batch_buckets`` size (default: 1 and
-    ``prefills_per_step``). ``pipeline``: launch each decode step before
+    bounds: ``prefill_buckets`` (padded lengths of a prefill's packed
+    prompts, from 16), ``batch_buckets`` (decode batch sizes, from 1),
+    ``kv_buckets`` (cache positions decode attends over, from 64).
+    ``prefills_per_step``: requests admitted between two decode steps at
+    most; their prompts are packed into one sequence (as many as fit in the
+    largest prefill bucket) and prefilled by one program.
+    ``pipeline``: launch each decode step before
     reading the previous one's tokens (their host work overlaps the device's;
     a request that stopped is found one step late and its extra token
     dropped)."""
@@ -332,7 +351,6 @@ class EngineConfig:
     batch_buckets: tuple[int, ...] | None = None
     kv_buckets: tuple[int, ...] | None = None
     prefills_per_step: int = 4
-    prefill_batch_buckets: tuple[int, ...] | None = None
     pipeline: bool = True
     dtype: torch.dtype | None = None
     compile: bool = True
@@ -345,11 +363,9 @@ class EngineConfig:
         c.batch_buckets = tuple(sorted(c.batch_buckets or _powers_of_two(1, c.max_slots)))
         c.kv_buckets = tuple(sorted(c.kv_buckets or _powers_of_two(min(64, c.max_len), c.max_len)))
         c.prefills_per_step = max(1, min(c.prefills_per_step, c.max_slots))
-        c.prefill_batch_buckets = tuple(sorted(set(c.prefill_batch_buckets or (1, c.prefills_per_step))))
         for name, bs, hi in (("prefill_buckets", c.prefill_buckets, c.max_len),
                              ("batch_buckets", c.batch_buckets, c.max_slots),
-                             ("kv_buckets", c.kv_buckets, c.max_len),
-                             ("prefill_batch_buckets", c.prefill_batch_buckets, c.prefills_per_step)):
+                             ("kv_buckets", c.kv_buckets, c.max_len)):
             if bs[0] < 1 or bs[-1] != hi:
                 raise ValueError(f"EngineConfig.{name} must be positive and end at {hi}, got {bs}")
         return c
@@ -388,7 +404,7 @@ class Engine:
         if limit is not None and c.max_len > limit:
             raise ValueError(f"EngineConfig.max_len={c.max_len} exceeds the model's max_position_embeddings={limit}")
         dtype = next(model.parameters()).dtype
-        shape = (c.max_slots, c.max_len + 1, kv_heads, head_dim)
+        shape = (c.max_slots, kv_heads, c.max_len + 1, head_dim)
         self.cache = _slot_cache_class()([torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)],
                                  [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(layers)])
         if mc._attn_implementation == "sdpa" and heads != kv_heads and not getattr(mc, "attn_logit_softcapping", None):
@@ -413,10 +429,7 @@ class Engine:
         for key, f in ((("prefill", True), self._prefill_greedy), (("prefill", False), self._prefill_sampled),
                        (("decode", True), self._decode_greedy), (("decode", False), self._decode_sampled)):
             self._fns[key] = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False) if c.compile else f
-        self._fns["write", None] = (torch.compile(self._write, backend="tpu", fullgraph=True, dynamic=False)
-                                    if c.compile else self._write)
-        self._variants = max(len(c.prefill_buckets) * len(c.prefill_batch_buckets),
-                             len(c.batch_buckets) * len(c.kv_buckets))
+        self._variants = max(len(c.prefill_buckets), len(c.batch_buckets) * len(c.kv_buckets))
         self._last_tokens = torch.zeros(c.max_slots, dtype=torch.int64, device=self.device)
         self._inflight: tuple[torch.Tensor, list[Request]] | None = None
         self._limits = None
@@ -432,18 +445,16 @@ class Engine:
 
     # -- the model's step functions (compiled per bucket) --
 
-    def _masks(self, q_pos: torch.Tensor, k_len: int, new_key: bool = False) -> Any:
-        """Attention masks (N, 1, Q, k_len) for queries at positions q_pos
-        (N, Q) over keys at positions 0..k_len-1 (causal); with ``new_key``,
-        over cache positions 0..k_len-2 before each query's own position and
-        a last key that is the query's own (decode)."""
-        k = torch.arange(k_len, device=q_pos.device)
+    def _masks(self, q_pos: torch.Tensor, k_pos: torch.Tensor, same: torch.Tensor | None = None) -> Any:
+        """Attention masks (N, 1, Q, K) for queries at positions q_pos (N, Q)
+        over keys at positions k_pos (N or 1, K), causal; ``same`` (N, Q, K):
+        which keys each query may see at all (those of its own prompt, in a
+        packed prefill)."""
         q = q_pos[:, None, :, None]
-        if new_key:
-            k = torch.where(k == k_len - 1, q, k)  # the last column holds position q
-            full = (k < q) | (torch.arange(k_len, device=q_pos.device) == k_len - 1)
-        else:
-            full = k <= q
+        k = k_pos[:, None, None, :]
+        full = k <= q
+        if same is not None:
+            full = full & same[:, None]
         if self._all_sliding:
             full = full & (k > q - self._window)
         masks = {"full_attention": full}
@@ -460,54 +471,47 @@ class Engine:
                          use_cache=True, **kwargs)
         return out.logits
 
-    def _prefill(self, greedy, tokens, meta, fparams):
-        """P prompts (P, T), each padded at its end. meta: int64 (4, P):
-        slot, length, top_k, seed; fparams: float (2, P): temperature,
-        top_p. Returns each prompt's next token (P,)."""
-        p, t = tokens.shape
-        slot, length = meta[0], meta[1]
-        pos = torch.arange(t, device=tokens.device)
-        row = (slot * (self.config.max_len + 1))[:, None]
-        self.cache.write_index = torch.where(pos < length[:, None], row + pos, row + self.config.max_len).reshape(-1)
+    def _prefill(self, greedy, tokens, tmeta, meta, fparams):
+        """Prompts packed into one sequence of T tokens, padded at its end.
+        tmeta: int64 (4, T), per token: position in its prompt, which prompt
+        (-1: padding), its slot and the cache column its key goes to (the
+        sink for padding). meta: int64 (5, P), per prompt: slot, length,
+        top_k, seed, and the index of its last token; fparams: float (2, P):
+        temperature, top_p. Returns each prompt's next token (P,)."""
+        pos, seg, slot, column = tmeta
+        self.cache.write_index = self.cache.flat_index(slot[None], column[None])
         self.cache.read = None
-        last = length - 1
-        positions = pos.expand(p, t)
+        # Each token sees its own prompt's tokens up to itself (padding sees
+        # padding: no row is all masked).
+        masks = self._masks(pos[None], pos[None], (seg[:, None] == seg[None, :])[None])
+        last = meta[4]
         if self._keep_arg:
-            # logits_to_keep picks the same positions in every row: keep each
-            # row's last position (P of them) and take the diagonal.
-            logits = self._forward(tokens, positions, self._masks(positions, t), last)
-            logits = logits[torch.arange(p, device=tokens.device), torch.arange(p, device=tokens.device)]
+            logits = self._forward(tokens[None], pos[None], masks, last)[0]
         else:
-            logits = self._forward(tokens, positions, self._masks(positions, t), None)
-            logits = logits[torch.arange(p, device=tokens.device), last]
+            logits = self._forward(tokens[None], pos[None], masks, None)[0, last]
         self.cache.write_index = None
-        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], length, greedy)
+        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], meta[1], greedy)
 
     def _decode(self, greedy, meta, fparams, kv_len: int):
         """One token for each of the first B slots. meta: int64 (6, B):
-        position (where the input token goes), write index, top_k, seed,
+        position (where the input token goes), the cache column its key is
+        written to (its position, or the sink for an idle row), top_k, seed,
         input token, and whether to take that token (1) or the slot's last
         sampled one, still on the device (0); fparams: float (2, B):
-        temperature, top_p. Returns the next tokens and the input tokens'
-        keys and values."""
+        temperature, top_p. Writes the input tokens' keys and values into
+        the cache, and the next tokens (returned) as the slots' last ones."""
         b = meta.shape[1]
         pos = meta[0]
         tokens = torch.where(meta[5] > 0, meta[4], self._last_tokens[:b])
-        self.cache.read = (b, kv_len)
-        self.cache.new_keys, self.cache.new_values = [], []
-        mask = self._masks(pos[:, None], kv_len + 1, new_key=True)
-        logits = self._forward(tokens[:, None], pos[:, None], mask, None)[:, -1]
-        new_k, new_v = torch.stack(self.cache.new_keys), torch.stack(self.cache.new_values)
-        self.cache.read, self.cache.new_keys, self.cache.new_values = None, [], []
-        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy), new_k, new_v
-
-    def _write(self, new_k, new_v, index, tokens):
-        """Writes one decode step's keys and values (layers, B, H, 1, D) at
-        the flat cache indices (B,), and its tokens as the first B slots'
-        last ones: a program that only writes, so it updates in place."""
-        for layer in range(new_k.shape[0]):
-            self.cache.write(layer, new_k[layer], new_v[layer], index)
-        self._last_tokens[:tokens.shape[0]].copy_(tokens)
+        self.cache.write_index = self.cache.flat_index(torch.arange(b, device=meta.device), meta[1][:, None])
+        k = self.cache.window(kv_len)
+        self.cache.read = (b, k)
+        logits = self._forward(tokens[:, None], pos[:, None],
+                               self._masks(pos[:, None], torch.arange(k, device=pos.device)[None]), None)[:, -1]
+        self.cache.read = self.cache.write_index = None
+        out = _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy)
+        self._last_tokens[:b].copy_(out)
+        return out
 
     def _prefill_greedy(self, *args):
         return self._prefill(True, *args)
@@ -548,12 +552,10 @@ class Engine:
         c = self.config
         for greedy in (True, False):
             for t in c.prefill_buckets:
-                for p in c.prefill_batch_buckets:
-                    reqs = [Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1)) for _ in range(p)]
-                    for i, r in enumerate(reqs):
-                        r.slot = i
-                    for _ in range(2):  # the second call captures the replay
-                        self._run_prefill(reqs, greedy)
+                r = Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1))
+                r.slot = 0
+                for _ in range(2):  # the second call captures the replay
+                    self._run_prefill([r], greedy)
             for b in c.batch_buckets:
                 for k in c.kv_buckets:
                     for _ in range(2):
@@ -635,7 +637,12 @@ class Engine:
     def _step(self) -> bool:
         with self._lock:
             admit = []
+            packed = 0  # prompt tokens admitted: they must fit in one prefill bucket
             while self._waiting and self._free and len(admit) < self.config.prefills_per_step:
+                n = len(self._waiting[0].prompt_ids)
+                if admit and packed + n > self.config.prefill_buckets[-1]:
+                    break
+                packed += n
                 r = self._waiting.pop(0)
                 r.slot = self._free.pop(0)
                 admit.append(r)
@@ -706,34 +713,44 @@ class Engine:
 
     def _run_prefill(self, reqs: list[Request], greedy: bool) -> list[int]:
         c = self.config
-        t = bucket(max(len(r.prompt_ids) for r in reqs), c.prefill_buckets)
-        p = bucket(len(reqs), c.prefill_batch_buckets)
-        tokens = torch.zeros(p, t, dtype=torch.int64)
-        meta = torch.zeros(4, p, dtype=torch.int64)
-        fparams = torch.ones(2, p, dtype=torch.float32)
-        # Padding rows: one token into the first request's sink column.
-        meta[0], meta[1] = reqs[0].slot, 0
-        for i, r in enumerate(reqs):
-            n = len(r.prompt_ids)
-            tokens[i, :n] = torch.tensor(r.prompt_ids, dtype=torch.int64)
-            meta[:, i] = torch.tensor([r.slot, n, r.params.top_k, r.seed])
-            fparams[:, i] = torch.tensor([r.params.temperature, r.params.top_p])
+        lengths = [len(r.prompt_ids) for r in reqs]
+        t = bucket(sum(lengths), c.prefill_buckets)
+        tokens, pos, seg, slot, column = [], [], [], [], []
+        meta = [[reqs[0].slot] * c.prefills_per_step, [1] * c.prefills_per_step, [0] * c.prefills_per_step,
+                [0] * c.prefills_per_step, [0] * c.prefills_per_step]
+        fparams = [[1.0] * c.prefills_per_step, [1.0] * c.prefills_per_step]
+        for i, (r, n) in enumerate(zip(reqs, lengths)):
+            tokens += r.prompt_ids
+            pos += range(n)
+            seg += [i] * n
+            slot += [r.slot] * n
+            column += range(n)
+            for row, v in enumerate((r.slot, n, r.params.top_k, r.seed, len(tokens) - 1)):
+                meta[row][i] = v
+            fparams[0][i], fparams[1][i] = r.params.temperature, r.params.top_p
+        pad = t - len(tokens)  # padding: its own sequence, written into the first slot's sink
+        tokens += [0] * pad
+        pos += range(pad)
+        seg += [-1] * pad
+        slot += [reqs[0].slot] * pad
+        column += [c.max_len] * pad
         dev = self.device
-        out = self._call("prefill", greedy, tokens.to(dev), meta.to(dev), fparams.to(dev))
+        out = self._call("prefill", greedy, torch.tensor(tokens, dtype=torch.int64).to(dev),
+                         torch.tensor([pos, seg, slot, column], dtype=torch.int64).to(dev),
+                         torch.tensor(meta, dtype=torch.int64).to(dev), torch.tensor(fparams).to(dev))
         return out.cpu().tolist()[:len(reqs)]
 
     def _launch_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> torch.Tensor:
         """Launches one decode step (and its cache write) for ``running``;
         returns its tokens (B,) on the device, not read."""
-        width = self.config.max_len + 1
         # Idle rows write into their row's sink column and attend to position 0.
-        pos, index, top_k, seed = [0] * b, [i * width + width - 1 for i in range(b)], [0] * b, [0] * b
+        pos, column, top_k, seed = [0] * b, [self.config.max_len] * b, [0] * b, [0] * b
         tokens, given = [0] * b, [1] * b
         temperature, top_p = [1.0] * b, [1.0] * b
         for r in running:
             s = r.slot
             pos[s] = len(r.prompt_ids) + len(r.output_ids) + r._pending - 1
-            index[s] = s * width + pos[s]
+            column[s] = pos[s]
             top_k[s], seed[s] = r.params.top_k, r.seed
             if r._pending:
                 given[s] = 0  # its input is the token the step before sampled, still on the device
@@ -741,11 +758,9 @@ class Engine:
                 tokens[s] = r.output_ids[-1]
             temperature[s], top_p[s] = r.params.temperature, r.params.top_p
         dev = self.device
-        meta = torch.tensor([pos, index, top_k, seed, tokens, given], dtype=torch.int64).to(dev)
+        meta = torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64).to(dev)
         fparams = torch.tensor([temperature, top_p], dtype=torch.float32).to(dev)
-        out, new_k, new_v = self._call("decode", greedy, meta, fparams, k)
-        self._call("write", None, new_k, new_v, meta[1], out)
-        return out
+        return self._call("decode", greedy, meta, fparams, k)
 
     def _accept(self, r: Request, tok: int) -> None:
         r._emit(tok)

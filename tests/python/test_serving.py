@@ -56,8 +56,10 @@ GREEDY = serving.SamplingParams(max_tokens=10, temperature=0, ignore_eos=True)
 
 def test_greedy_tokens_equal_hf_generate_on_cpu_with_more_requests_than_slots(engine, cpu_model):
     prompts = _prompts(0, 2 * MAX_SLOTS + 1)  # requests wait for slots and join between decode steps
+    prefills = engine.stats["prefills"]
     got = engine.generate(prompts, GREEDY)
     assert got == [_cpu_greedy(cpu_model, p, 10) for p in prompts]
+    assert engine.stats["prefills"] - prefills < len(prompts)  # prompts admitted together are packed
 
 
 def test_requests_of_different_lengths_leave_and_join_between_steps(engine, cpu_model):
@@ -128,6 +130,19 @@ def test_top_k_and_top_p_keep_only_the_most_likely_tokens(engine, cpu_model):
         for i, tok in enumerate(out):
             # (the (k+1)th value guards against near ties between tpu and CPU logits)
             assert logits[i, tok] >= top.values[i, k] - 1e-4, (i, tok)
+
+
+def test_sampling_uniforms_are_inside_the_open_interval():
+    # Seeds 1 and 3 hash these token ids to 24 one bits at position 0: half
+    # a step above that rounds to 1.0 in float32, an infinite Gumbel key
+    # that would pick the token whatever its probability.
+    for seed, tokens in ((1, [6009547, 13792038]), (3, [2108936, 16420255])):
+        u = serving._uniform(torch.tensor(seed), torch.tensor(0), torch.tensor(tokens))
+        assert (u < 1).all() and (u > 0).all()
+        assert torch.isfinite(-torch.log(-torch.log(u))).all()
+    u = serving._uniform(torch.tensor(7), torch.tensor(5), torch.arange(1 << 20))
+    assert 0 < u.min().item() and u.max().item() < 1
+    assert abs(u.double().mean().item() - 0.5) < 2e-3
 
 
 def test_cancel_frees_the_slot(engine):
