@@ -239,11 +239,23 @@ std::vector<Value> lower_pow(Context& c) {
   Builder& b = c.b;
   if (p.compute == at::kBool) return one(b.or_(p.a, b.not_(p.b)));  // x^0 = 1, x^1 = x
   // CPU computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (but in float16):
-  // NaN for -inf (pow gives inf and 0) and -0 -> -0, -inf.
-  if (c.op == "aten::pow.Tensor_Scalar" && c10::isFloatingType(p.type) && p.type != at::kHalf) {
+  // NaN for -inf (pow gives inf and 0) and -0 -> -0, -inf. Its powers 2, 3,
+  // -2 and -1 are products (x * x, x * x * x, 1 / (x * x), 1 / x), as here:
+  // a pow of a runtime exponent is a libm call per element on XLA's CPU
+  // backend, 100 times a product's time (RMSNorm squares every activation).
+  if (c.op == "aten::pow.Tensor_Scalar" && c10::isFloatingType(p.type)) {
     const c10::Scalar e = c.args.scalar(1);
-    if (!e.isComplex() && (e.toDouble() == 0.5 || e.toDouble() == -0.5)) {
-      return one(cast(b, b.unary(e.toDouble() > 0 ? "stablehlo.sqrt" : "stablehlo.rsqrt", p.a), p.type));
+    const double x = e.isComplex() ? 0.5 : e.toDouble();  // (a complex exponent: none of these)
+    if (!e.isComplex() && p.type != at::kHalf && (x == 0.5 || x == -0.5)) {
+      return one(cast(b, b.unary(x > 0 ? "stablehlo.sqrt" : "stablehlo.rsqrt", p.a), p.type));
+    }
+    if (!e.isComplex() && (x == 2 || x == 3 || x == -2 || x == -1)) {
+      Value sq = b.mul(p.a, p.a);
+      // bfloat16 rounds the square (its vectorized products return bfloat16); float16 pows in float.
+      if (p.type == at::kBFloat16) sq = cast(b, cast(b, sq, at::kBFloat16), p.compute);
+      Value one_ = full_like(b, 1, p.a);
+      Value r = x == 2 ? sq : x == 3 ? b.mul(sq, p.a) : x == -2 ? b.div(one_, sq) : b.div(one_, p.a);
+      return one(cast(b, r, p.type));
     }
   }
   return one(cast(b, b.pow(p.a, p.b), p.type));

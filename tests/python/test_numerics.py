@@ -183,6 +183,23 @@ def test_log_softmax_of_one_infinite_entry():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("exponent", [2, 3, -2, -1, 2.0, -1.0])
+def test_integer_powers_are_cpus_products_bit_for_bit(dtype, exponent):
+    """CPU computes x ** 2, 3, -2 and -1 as x * x, x * x * x, 1 / (x * x)
+    and 1 / x (bfloat16 rounding the square): the same bits here, specials
+    and a strided input included."""
+    torch.manual_seed(0)
+    x = (torch.randn(64, 33, dtype=torch.float64) * 4).to(dtype)
+    x[0, :8] = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -3e4, 1.5], dtype=dtype)
+    x = x[:, ::2]
+    want, got = x ** exponent, (x.to("tpu") ** exponent).cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+    assert torch.equal(want.isnan(), got.isnan())
+    assert torch.equal(want.nan_to_num(), got.nan_to_num())
+    assert torch.equal(want.signbit(), got.signbit())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 0.25])
 def test_pow_of_infinities_and_signed_zeros_is_cpus(dtype, exponent):
     """CPU computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (not in float16):
