@@ -296,20 +296,43 @@ def _uniform(seed: torch.Tensor, position: torch.Tensor, token: torch.Tensor) ->
     return (_shr(x, 41) * 2 + 1).to(torch.float32) * (1.0 / (1 << 24))
 
 
-def _sample(logits, temperature, top_k, top_p, seed, position, greedy_only: bool):
-    """Token ids (N,) from logits (N, V); per-row parameters (N,)."""
+GREEDY, PLAIN, FILTERED = "greedy", "plain", "filtered"
+
+
+def _sampling_mode(params: Sequence[SamplingParams]) -> str:
+    """The cheapest draw that serves every one of ``params``: argmax when all
+    are greedy, a Gumbel-max over every token when none keeps only its top
+    k or top p (no sort), else the sorted, filtered draw."""
+    if all(p.temperature == 0 for p in params):
+        return GREEDY
+    if all(p.temperature == 0 or (p.top_k == 0 and p.top_p >= 1) for p in params):
+        return PLAIN
+    return FILTERED
+
+
+def _sample(logits, temperature, top_k, top_p, seed, position, mode: str):
+    """Token ids (N,) from logits (N, V); per-row parameters (N,). Each
+    token's Gumbel key depends on (seed, position, token id) only, and a row
+    that filters nothing keeps every token in either draw: a row's choice
+    is the same whatever mode its batch takes (whoever shares it)."""
     logits = logits.float()
     greedy = logits.argmax(-1)
-    if greedy_only:
+    if mode == GREEDY:
         return greedy
     v = logits.shape[-1]
     scaled = logits / temperature.clamp_min(1e-5)[:, None]
+    if mode == PLAIN:
+        token = torch.arange(v, device=logits.device)
+        u = _uniform(seed[:, None], position[:, None], token[None, :])
+        sampled = (scaled - torch.log(-torch.log(u))).argmax(-1)
+        return torch.where(temperature > 0, sampled, greedy)
     sorted_logits, order = scaled.sort(-1, descending=True)
     probs = sorted_logits.softmax(-1)
     before = probs.cumsum(-1) - probs
     rank = torch.arange(v, device=logits.device)
     k = torch.where(top_k > 0, top_k, v)
     keep = (before < top_p[:, None]) & (rank[None, :] < k[:, None])
+    keep = keep | ((top_k == 0) & (top_p >= 1))[:, None]  # (the cumulative sum may round up to 1 before the end)
     u = _uniform(seed[:, None], position[:, None], order)
     gumbel = -torch.log(-torch.log(u))
     choice = torch.where(keep, sorted_logits + gumbel, float("-inf")).argmax(-1)
@@ -426,8 +449,11 @@ class Engine:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._fns = {}
         # One function (one code object, so one Dynamo cache) per step kind.
-        for key, f in ((("prefill", True), self._prefill_greedy), (("prefill", False), self._prefill_sampled),
-                       (("decode", True), self._decode_greedy), (("decode", False), self._decode_sampled)):
+        # Prefill samples one token per request: its sampled draw is always
+        # the filtered one; decode has a program for each mode.
+        for key, f in ((("prefill", GREEDY), self._prefill_greedy), (("prefill", FILTERED), self._prefill_sampled),
+                       (("decode", GREEDY), self._decode_greedy), (("decode", PLAIN), self._decode_plain),
+                       (("decode", FILTERED), self._decode_sampled)):
             self._fns[key] = torch.compile(f, backend="tpu", fullgraph=True, dynamic=False) if c.compile else f
         self._variants = max(len(c.prefill_buckets), len(c.batch_buckets) * len(c.kv_buckets))
         self._last_tokens = torch.zeros(c.max_slots, dtype=torch.int64, device=self.device)
@@ -471,7 +497,7 @@ class Engine:
                          use_cache=True, **kwargs)
         return out.logits
 
-    def _prefill(self, greedy, tokens, tmeta, meta, fparams):
+    def _prefill(self, mode, tokens, tmeta, meta, fparams):
         """Prompts packed into one sequence of T tokens, padded at its end.
         tmeta: int64 (4, T), per token: position in its prompt, which prompt
         (-1: padding), its slot and the cache column its key goes to (the
@@ -490,9 +516,9 @@ class Engine:
         else:
             logits = self._forward(tokens[None], pos[None], masks, None)[0, last]
         self.cache.write_index = None
-        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], meta[1], greedy)
+        return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], meta[1], mode)
 
-    def _decode(self, greedy, meta, fparams, kv_len: int):
+    def _decode(self, mode, meta, fparams, kv_len: int):
         """One token for each of the first B slots. meta: int64 (6, B):
         position (where the input token goes), the cache column its key is
         written to (its position, or the sink for an idle row), top_k, seed,
@@ -509,23 +535,26 @@ class Engine:
         logits = self._forward(tokens[:, None], pos[:, None],
                                self._masks(pos[:, None], torch.arange(k, device=pos.device)[None]), None)[:, -1]
         self.cache.read = self.cache.write_index = None
-        out = _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, greedy)
+        out = _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, mode)
         self._last_tokens[:b].copy_(out)
         return out
 
     def _prefill_greedy(self, *args):
-        return self._prefill(True, *args)
+        return self._prefill(GREEDY, *args)
 
     def _prefill_sampled(self, *args):
-        return self._prefill(False, *args)
+        return self._prefill(FILTERED, *args)
 
     def _decode_greedy(self, *args):
-        return self._decode(True, *args)
+        return self._decode(GREEDY, *args)
+
+    def _decode_plain(self, *args):
+        return self._decode(PLAIN, *args)
 
     def _decode_sampled(self, *args):
-        return self._decode(False, *args)
+        return self._decode(FILTERED, *args)
 
-    def _call(self, name, greedy, *args):
+    def _call(self, name, mode, *args):
         if self._limits is None:
             from torch import _dynamo
 
@@ -535,13 +564,13 @@ class Engine:
             self._limits = _dynamo.config.patch(recompile_limit=limit,
                                                 accumulated_recompile_limit=max(256, 4 * limit))
         with torch.no_grad(), self._limits:
-            return self._fns[name, greedy](*args)
+            return self._fns[name, mode](*args)
 
     # -- warm-up --
 
     def warmup(self) -> dict[str, int]:
         """Compiles (or loads from the persistent cache) and captures every
-        bucket's prefill and decode program, greedy and sampling. Returns
+        bucket's prefill and decode program, for each way of sampling. Returns
         counts of programs built. After it, serving compiles nothing."""
         from . import cache_stats, execution_mode, get_execution_mode
 
@@ -550,16 +579,16 @@ class Engine:
                 return self.warmup()
         before = cache_stats()
         c = self.config
-        for greedy in (True, False):
-            for t in c.prefill_buckets:
+        for mode in (GREEDY, PLAIN, FILTERED):
+            for t in c.prefill_buckets if mode != PLAIN else ():
                 r = Request([0] * min(t, c.max_len - 1), SamplingParams(max_tokens=1))
                 r.slot = 0
                 for _ in range(2):  # the second call captures the replay
-                    self._run_prefill([r], greedy)
+                    self._run_prefill([r], mode)
             for b in c.batch_buckets:
                 for k in c.kv_buckets:
                     for _ in range(2):
-                        self._launch_decode([], greedy, b, k).cpu()
+                        self._launch_decode([], mode, b, k).cpu()
         after = cache_stats()
         return {"compiled": after["misses"] - before["misses"], "loaded": after["disk_hits"] - before["disk_hits"]}
 
@@ -648,7 +677,8 @@ class Engine:
                 admit.append(r)
         if admit:
             try:
-                toks = self._run_prefill(admit, all(r.params.temperature == 0 for r in admit))
+                mode = GREEDY if all(r.params.temperature == 0 for r in admit) else FILTERED
+                toks = self._run_prefill(admit, mode)
             except BaseException as e:  # noqa: BLE001 (the requests fail, the engine goes on)
                 for r in admit:
                     self._release(r, None, e)
@@ -672,9 +702,8 @@ class Engine:
             b = bucket(launch[-1].slot + 1, self.config.batch_buckets)
             longest = max(len(r.prompt_ids) + len(r.output_ids) + r._pending for r in launch)
             k = bucket(longest, self.config.kv_buckets)
-            greedy = all(r.params.temperature == 0 for r in launch)
             try:
-                step = (self._launch_decode(launch, greedy, b, k), launch)
+                step = (self._launch_decode(launch, _sampling_mode([r.params for r in launch]), b, k), launch)
             except BaseException as e:  # noqa: BLE001
                 for r in launch:
                     self._release(r, None, e)
@@ -711,7 +740,7 @@ class Engine:
             if not r.finished and r.slot >= 0 and not r._cancelled:
                 self._accept(r, toks[r.slot])
 
-    def _run_prefill(self, reqs: list[Request], greedy: bool) -> list[int]:
+    def _run_prefill(self, reqs: list[Request], mode: str) -> list[int]:
         c = self.config
         lengths = [len(r.prompt_ids) for r in reqs]
         t = bucket(sum(lengths), c.prefill_buckets)
@@ -735,12 +764,12 @@ class Engine:
         slot += [reqs[0].slot] * pad
         column += [c.max_len] * pad
         dev = self.device
-        out = self._call("prefill", greedy, torch.tensor(tokens, dtype=torch.int64).to(dev),
+        out = self._call("prefill", mode, torch.tensor(tokens, dtype=torch.int64).to(dev),
                          torch.tensor([pos, seg, slot, column], dtype=torch.int64).to(dev),
                          torch.tensor(meta, dtype=torch.int64).to(dev), torch.tensor(fparams).to(dev))
         return out.cpu().tolist()[:len(reqs)]
 
-    def _launch_decode(self, running: list[Request], greedy: bool, b: int, k: int) -> torch.Tensor:
+    def _launch_decode(self, running: list[Request], mode: str, b: int, k: int) -> torch.Tensor:
         """Launches one decode step (and its cache write) for ``running``;
         returns its tokens (B,) on the device, not read."""
         # Idle rows write into their row's sink column and attend to position 0.
@@ -760,7 +789,7 @@ class Engine:
         dev = self.device
         meta = torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64).to(dev)
         fparams = torch.tensor([temperature, top_p], dtype=torch.float32).to(dev)
-        return self._call("decode", greedy, meta, fparams, k)
+        return self._call("decode", mode, meta, fparams, k)
 
     def _accept(self, r: Request, tok: int) -> None:
         r._emit(tok)

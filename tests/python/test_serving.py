@@ -145,6 +145,30 @@ def test_sampling_uniforms_are_inside_the_open_interval():
     assert abs(u.double().mean().item() - 0.5) < 2e-3
 
 
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_the_plain_draw_chooses_as_the_filtered_one_and_follows_the_softmax(device):
+    # A batch whose requests keep every token decodes with a Gumbel-max over
+    # all tokens (no sort); a row that keeps every token must choose the
+    # same there as in the sorted, filtered draw its batch takes when
+    # another request filters.
+    torch.manual_seed(0)
+    n, v = 4000, 5
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]]).expand(n, v).contiguous().to(device)
+    temperature = torch.full((n,), 0.7, device=device)
+    top_k = torch.zeros(n, dtype=torch.int64, device=device)
+    top_p = torch.ones(n, device=device)
+    seed, position = torch.arange(n, device=device), torch.full((n,), 3, device=device)
+    args = (logits, temperature, top_k, top_p, seed, position)
+    plain = serving._sample(*args, serving.PLAIN).cpu()
+    assert torch.equal(plain, serving._sample(*args, serving.FILTERED).cpu())
+    freq = torch.bincount(plain, minlength=v).double() / n
+    want = (logits[0].cpu().double() / 0.7).softmax(-1)
+    assert (freq - want).abs().max() < 0.03, (freq, want)
+    assert serving._sampling_mode([serving.SamplingParams(temperature=0.0), serving.SamplingParams()]) == "plain"
+    assert serving._sampling_mode([serving.SamplingParams(), serving.SamplingParams(top_p=0.9)]) == "filtered"
+    assert serving._sampling_mode([serving.SamplingParams(temperature=0.0)]) == "greedy"
+
+
 def test_cancel_frees_the_slot(engine):
     r = engine.submit([1, 2, 3], serving.SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
     engine.step()
