@@ -1,8 +1,9 @@
 """Serving a Llama on tpu with torch_tpu.serving against Hugging Face generate().
 
-    python benchmarks/serving.py [--rounds 3] [--tokens 64] [--quick]
+    python benchmarks/serving.py [--rounds 3] [--tokens 64] [--temperature T] [--quick]
 
-One model (a 4-layer Llama with random weights), greedy decoding of
+One model (a 4-layer Llama with random weights), greedy decoding (or, with
+``--temperature``, sampling at that temperature, every token kept) of
 ``--tokens`` tokens per request from prompts of random lengths (16 to 96
 tokens), at 1, 8 and 32 concurrent requests. Contenders:
   - the engine on tpu (``torch_tpu.serving.Engine``; warm-up compiles first,
@@ -48,8 +49,8 @@ def compiles():
     return s["misses"] + s["disk_hits"]
 
 
-def run_engine(engine, ps, tokens):
-    params = serving.SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True)
+def run_engine(engine, ps, tokens, temperature=0.0):
+    params = serving.SamplingParams(max_tokens=tokens, temperature=temperature, ignore_eos=True)
     t0 = time.perf_counter()
     reqs = [engine.submit(p, params) for p in ps]
     while not all(r.finished for r in reqs):
@@ -59,7 +60,7 @@ def run_engine(engine, ps, tokens):
     return sum(len(r.output_ids) for r in reqs) / dt, ttft
 
 
-def run_hf(m, ps, tokens, device):
+def run_hf(m, ps, tokens, device, temperature=0.0):
     n = max(len(p) for p in ps)
     ids = torch.zeros(len(ps), n, dtype=torch.int64)
     mask = torch.zeros(len(ps), n, dtype=torch.int64)
@@ -69,8 +70,9 @@ def run_hf(m, ps, tokens, device):
     ids, mask = ids.to(device), mask.to(device)
 
     def gen(k):
-        out = m.generate(ids, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, do_sample=False,
-                         pad_token_id=0)
+        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature else dict(
+            do_sample=False)
+        out = m.generate(ids, attention_mask=mask, max_new_tokens=k, min_new_tokens=k, pad_token_id=0, **sampling)
         return out.cpu()
 
     t0 = time.perf_counter()
@@ -86,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--quick", action="store_true", help="one round, 16 tokens, concurrency 1 and 8")
     args = ap.parse_args()
     if args.quick:
@@ -112,12 +115,12 @@ def main():
             for who in order:
                 before = compiles()
                 if who == "engine":
-                    r = run_engine(engine, ps, args.tokens)
+                    r = run_engine(engine, ps, args.tokens, args.temperature)
                     engine_compiles += compiles() - before
                 elif who == "hf cpu":
-                    r = run_hf(cpu, ps, args.tokens, "cpu")
+                    r = run_hf(cpu, ps, args.tokens, "cpu", args.temperature)
                 else:
-                    r = run_hf(tpu_hf, ps, args.tokens, "tpu")
+                    r = run_hf(tpu_hf, ps, args.tokens, "tpu", args.temperature)
                     hf_tpu_compiles.setdefault(c, compiles() - before)  # the first round's
                 results.setdefault((who, c), []).append(r)
     print(f"\n{'concurrency':>11} | {'contender':<22} | {'tokens/s':>9} | {'TTFT ms':>8} | vs HF CPU")
