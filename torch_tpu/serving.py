@@ -302,12 +302,42 @@ GREEDY, PLAIN, FILTERED = "greedy", "plain", "filtered"
 def _sampling_mode(params: Sequence[SamplingParams]) -> str:
     """The cheapest draw that serves every one of ``params``: argmax when all
     are greedy, a Gumbel-max over every token when none keeps only its top
-    k or top p (no sort), else the sorted, filtered draw."""
+    k or top p, else the filtered draw (two bisections over the vocabulary)."""
     if all(p.temperature == 0 for p in params):
         return GREEDY
     if all(p.temperature == 0 or (p.top_k == 0 and p.top_p >= 1) for p in params):
         return PLAIN
     return FILTERED
+
+
+def _threshold(values: torch.Tensor, enough: Callable[[torch.Tensor], torch.Tensor], count: bool = False):
+    """Per row of non-negative float32 ``values`` (N, V): the largest t
+    such that ``enough(x)`` holds, x (N,) being each row's sum of the values
+    >= t (or their count, with ``count``); ``enough`` holds at t = 0 and
+    fails above 1. A bisection over the values' int32 bit patterns (ordered
+    as the floats are), so t is exact. Returns t (N, 1)."""
+    bits = values.view(torch.int32)
+    lo = torch.zeros(values.shape[0], dtype=torch.int32, device=values.device)
+    hi = torch.full_like(lo, 0x3F800001)  # just above 1.0
+    for _ in range(31):
+        mid = lo + (hi - lo) // 2
+        above = bits >= mid[:, None]
+        ok = enough(above.sum(-1) if count else torch.where(above, values, 0.0).sum(-1))
+        lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+    return lo[:, None].view(torch.float32)
+
+
+def _kept(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Which tokens a row may draw (N, V): its top_k most likely (ties at the
+    k-th kept, as Hugging Face's warper keeps them; 0: all), then the
+    smallest set of those, most likely first, whose renormalized mass
+    reaches top_p (1: all). Both thresholds come from bisections over the
+    probabilities' bits (exact), not from sorting the vocabulary: on XLA's
+    CPU backend a (32, 2048) sort alone takes 7 ms, the two bisections 0.5."""
+    keep = (probs >= _threshold(probs, lambda count: count >= top_k.clamp_min(1), count=True)) | (top_k <= 0)[:, None]
+    kept = torch.where(keep, probs, 0.0)
+    need = top_p * kept.sum(-1)
+    return keep & ((kept >= _threshold(kept, lambda mass: mass >= need)) | (top_p >= 1)[:, None])
 
 
 def _sample(logits, temperature, top_k, top_p, seed, position, mode: str):
@@ -319,24 +349,13 @@ def _sample(logits, temperature, top_k, top_p, seed, position, mode: str):
     greedy = logits.argmax(-1)
     if mode == GREEDY:
         return greedy
-    v = logits.shape[-1]
     scaled = logits / temperature.clamp_min(1e-5)[:, None]
-    if mode == PLAIN:
-        token = torch.arange(v, device=logits.device)
-        u = _uniform(seed[:, None], position[:, None], token[None, :])
-        sampled = (scaled - torch.log(-torch.log(u))).argmax(-1)
-        return torch.where(temperature > 0, sampled, greedy)
-    sorted_logits, order = scaled.sort(-1, descending=True)
-    probs = sorted_logits.softmax(-1)
-    before = probs.cumsum(-1) - probs
-    rank = torch.arange(v, device=logits.device)
-    k = torch.where(top_k > 0, top_k, v)
-    keep = (before < top_p[:, None]) & (rank[None, :] < k[:, None])
-    keep = keep | ((top_k == 0) & (top_p >= 1))[:, None]  # (the cumulative sum may round up to 1 before the end)
-    u = _uniform(seed[:, None], position[:, None], order)
-    gumbel = -torch.log(-torch.log(u))
-    choice = torch.where(keep, sorted_logits + gumbel, float("-inf")).argmax(-1)
-    sampled = order.gather(-1, choice[:, None])[:, 0]
+    # The Gumbel-max: the largest scaled logit plus each token's key.
+    token = torch.arange(logits.shape[-1], device=logits.device)
+    keyed = scaled - torch.log(-torch.log(_uniform(seed[:, None], position[:, None], token[None, :])))
+    if mode == FILTERED:
+        keyed = torch.where(_kept(scaled.softmax(-1), top_k, top_p), keyed, float("-inf"))
+    sampled = keyed.argmax(-1)
     return torch.where(temperature > 0, sampled, greedy)
 
 

@@ -169,6 +169,33 @@ def test_the_plain_draw_chooses_as_the_filtered_one_and_follows_the_softmax(devi
     assert serving._sampling_mode([serving.SamplingParams(temperature=0.0)]) == "greedy"
 
 
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_top_k_and_top_p_keep_the_sorted_nucleus(device):
+    # The filtered draw's thresholds (bisections, no sort) against the
+    # definition: the top_k largest probabilities (ties kept), renormalized,
+    # then the fewest most likely whose mass reaches top_p.
+    torch.manual_seed(0)
+    n, v = 48, 300
+    logits = torch.randn(n, v) * torch.linspace(0.2, 6, n)[:, None]
+    logits[0, :10] = 4.0  # ties
+    probs = logits.softmax(-1)
+    top_k = torch.tensor([0, 1, 5, 10, 50, 299, 300, 1000] * 6)
+    top_p = torch.tensor([1.0, 0.9, 0.5, 0.99, 1e-6, 0.7] * 8)
+    got = serving._kept(probs.to(device), top_k.to(device), top_p.to(device)).cpu()
+    for i in range(n):
+        p, k, q = probs[i].double(), int(top_k[i]), float(top_p[i])
+        order = p.argsort(descending=True)
+        keep = torch.ones(v, dtype=torch.bool)
+        if k > 0:
+            keep = p >= p[order[min(k, v) - 1]]
+        if q < 1:
+            kp = torch.where(keep, p, 0.0) / torch.where(keep, p, 0.0).sum()
+            sp = kp.sort(descending=True).values
+            cut = sp[int(((sp.cumsum(0) - sp) < q).sum()) - 1]  # the last value the nucleus needs
+            keep &= kp >= cut
+        assert torch.equal(got[i], keep), (i, k, q, got[i].sum().item(), keep.sum().item())
+
+
 def test_cancel_frees_the_slot(engine):
     r = engine.submit([1, 2, 3], serving.SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
     engine.step()
