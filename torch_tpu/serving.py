@@ -518,12 +518,12 @@ class Engine:
 
     def _prefill(self, mode, tokens, tmeta, meta, fparams):
         """Prompts packed into one sequence of T tokens, padded at its end.
-        tmeta: int64 (4, T), per token: position in its prompt, which prompt
-        (-1: padding), its slot and the cache column its key goes to (the
-        sink for padding). meta: int64 (5, P), per prompt: slot, length,
+        tmeta: int64 (3, T), per token: position in its prompt, which prompt
+        (-1: padding, written into the sink column) and its slot. meta: int64 (5, P), per prompt: slot, length,
         top_k, seed, and the index of its last token; fparams: float (2, P):
         temperature, top_p. Returns each prompt's next token (P,)."""
-        pos, seg, slot, column = tmeta
+        pos, seg, slot = tmeta
+        column = torch.where(seg >= 0, pos, self.config.max_len)
         self.cache.write_index = self.cache.flat_index(slot[None], column[None])
         self.cache.read = None
         # Each token sees its own prompt's tokens up to itself (padding sees
@@ -763,7 +763,7 @@ class Engine:
         c = self.config
         lengths = [len(r.prompt_ids) for r in reqs]
         t = bucket(sum(lengths), c.prefill_buckets)
-        tokens, pos, seg, slot, column = [], [], [], [], []
+        tokens, pos, seg, slot = [], [], [], []
         meta = [[reqs[0].slot] * c.prefills_per_step, [1] * c.prefills_per_step, [0] * c.prefills_per_step,
                 [0] * c.prefills_per_step, [0] * c.prefills_per_step]
         fparams = [[1.0] * c.prefills_per_step, [1.0] * c.prefills_per_step]
@@ -772,7 +772,6 @@ class Engine:
             pos += range(n)
             seg += [i] * n
             slot += [r.slot] * n
-            column += range(n)
             for row, v in enumerate((r.slot, n, r.params.top_k, r.seed, len(tokens) - 1)):
                 meta[row][i] = v
             fparams[0][i], fparams[1][i] = r.params.temperature, r.params.top_p
@@ -781,10 +780,9 @@ class Engine:
         pos += range(pad)
         seg += [-1] * pad
         slot += [reqs[0].slot] * pad
-        column += [c.max_len] * pad
         dev = self.device
         out = self._call("prefill", mode, torch.tensor(tokens, dtype=torch.int64).to(dev),
-                         torch.tensor([pos, seg, slot, column], dtype=torch.int64).to(dev),
+                         torch.tensor([pos, seg, slot], dtype=torch.int64).to(dev),
                          torch.tensor(meta, dtype=torch.int64).to(dev), torch.tensor(fparams).to(dev))
         return out.cpu().tolist()[:len(reqs)]
 

@@ -243,13 +243,14 @@ std::vector<Value> lower_pow(Context& c) {
   // -2 and -1 are products (x * x, x * x * x, 1 / (x * x), 1 / x), as here:
   // a pow of a runtime exponent is a libm call per element on XLA's CPU
   // backend, 100 times a product's time (RMSNorm squares every activation).
-  if (c.op == "aten::pow.Tensor_Scalar" && c10::isFloatingType(p.type)) {
-    const c10::Scalar e = c.args.scalar(1);
-    const double x = e.isComplex() ? 0.5 : e.toDouble();  // (a complex exponent: none of these)
-    if (!e.isComplex() && p.type != at::kHalf && (x == 0.5 || x == -0.5)) {
+  const bool real_exponent = c.op == "aten::pow.Tensor_Scalar" && c10::isFloatingType(p.type) &&
+                             !c.args.scalar(1).isComplex();
+  if (real_exponent) {
+    const double x = c.args.scalar(1).toDouble();
+    if (p.type != at::kHalf && (x == 0.5 || x == -0.5)) {
       return one(cast(b, b.unary(x > 0 ? "stablehlo.sqrt" : "stablehlo.rsqrt", p.a), p.type));
     }
-    if (!e.isComplex() && (x == 2 || x == 3 || x == -2 || x == -1)) {
+    if (x == 2 || x == 3 || x == -2 || x == -1) {
       Value sq = b.mul(p.a, p.a);
       // bfloat16 rounds the square (its vectorized products return bfloat16); float16 pows in float.
       if (p.type == at::kBFloat16) sq = cast(b, cast(b, sq, at::kBFloat16), p.compute);

@@ -20,38 +20,37 @@ Value random_bits(Context& c, size_t gen_arg, const Dims& shape, DType bits) {
   return out;
 }
 
-// Uniform in [0, 1) with as many random bits as `dt`'s mantissa holds, so
-// that every value is exactly representable (never rounds up to 1).
-Value uniform01(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
+// Uniform on the grid k * 2^-n, k in [0, 2^n), in `ct` (F32 or F64, whose
+// significand holds n bits): every value exact, none rounding up to 1.
+Value uniform_grid(Context& c, size_t gen_arg, const Dims& shape, DType ct, int n) {
   Builder& b = c.b;
-  if (dt == DType::F64) {
-    Value bits = random_bits(c, gen_arg, shape, DType::U64);
-    Value m = b.binary("stablehlo.shift_right_logical", bits, b.full_int(11, DType::U64, shape));
-    return b.mul(b.convert(m, DType::F64), b.full(1.0 / 9007199254740992.0, DType::F64, shape));
-  }
-  const int mant = dt == DType::BF16 ? 8 : dt == DType::F16 ? 11 : 24;
-  Value bits = random_bits(c, gen_arg, shape, DType::U32);
-  Value m = b.binary("stablehlo.shift_right_logical", bits, b.full_int(32 - mant, DType::U32, shape));
-  return b.mul(b.convert(m, DType::F32), b.full(std::ldexp(1.0, -mant), DType::F32, shape));
+  const DType bits_dt = ct == DType::F64 ? DType::U64 : DType::U32;
+  const int width = ct == DType::F64 ? 64 : 32;
+  Value bits = random_bits(c, gen_arg, shape, bits_dt);
+  Value k = b.binary("stablehlo.shift_right_logical", bits, b.full_int(width - n, bits_dt, shape));
+  return b.mul(b.convert(k, ct), b.full(std::ldexp(1.0, -n), ct, shape));
+}
+
+// Uniform in [0, 1) with as many random bits as `dt`'s mantissa holds, so
+// that every value is exactly representable in `dt` (never rounds up to 1).
+Value uniform01(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
+  if (dt == DType::F64) return uniform_grid(c, gen_arg, shape, DType::F64, 53);
+  return uniform_grid(c, gen_arg, shape, DType::F32, dt == DType::BF16 ? 8 : dt == DType::F16 ? 11 : 24);
 }
 
 // Uniform in the open interval (0, 1), in the compute type (f64 for
 // double, else f32, whose results the callers round to `dt`): the odd
-// multiples of 2^-mant (mant: the compute type's significand bits), drawn
-// from mant - 1 random bits. Each is exact, so none rounds to 1 (adding half
-// a step to uniform01's values would: above 1/2 they are a full step of the
-// significand apart), and the set is symmetric about 1/2: 1 - u and 2u - 1
-// are exact too, and 2u - 1 never reaches -1 or 1.
+// multiples of 2^-mant (mant: the compute type's significand bits), a grid
+// of mant - 1 bits moved up by half its step. Each is exact, so none rounds
+// to 1 (half a step added to a full mant-bit grid would: above 1/2 its
+// values are a full step of the significand apart), and the set is
+// symmetric about 1/2: 1 - u and 2u - 1 are exact too, and 2u - 1 never
+// reaches -1 or 1.
 Value uniform_open(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
-  Builder& b = c.b;
   const DType ct = dt == DType::F64 ? DType::F64 : DType::F32;
   const int mant = ct == DType::F64 ? 53 : 24;
-  const DType bits_dt = ct == DType::F64 ? DType::U64 : DType::U32;
-  const int width = ct == DType::F64 ? 64 : 32;
-  Value bits = random_bits(c, gen_arg, shape, bits_dt);
-  Value m = b.convert(b.binary("stablehlo.shift_right_logical", bits, b.full_int(width - (mant - 1), bits_dt, shape)), ct);
-  Value odd = b.add(b.mul(m, b.full(2.0, ct, shape)), b.full(1.0, ct, shape));
-  return b.mul(odd, b.full(std::ldexp(1.0, -mant), ct, shape));
+  Value u = uniform_grid(c, gen_arg, shape, ct, mant - 1);
+  return c.b.add(u, c.b.full(std::ldexp(1.0, -mant), ct, shape));
 }
 
 Value standard_normal(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
