@@ -1,6 +1,6 @@
 // The tpu device as PyTorch sees it: the device guard (current device,
 // streams, events) and the PrivateUse1 hooks (availability, generators,
-// pointers, storage resizing).
+// pointers, storage resizing, pinned host memory).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -187,6 +189,63 @@ TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
   m.def("_event_elapsed_ms(int start, int end) -> float", &event_elapsed_ms);
 }
 
+// Host memory for pin_memory() (a DataLoader's pin_memory=True, empty(...,
+// pin_memory=True)): page-aligned allocations, recorded so that is_pinned()
+// answers for any pointer inside one, as CUDA's host allocator does.
+// Transfers from it are the same as from any host memory (the plugin copies
+// the bytes before the call returns); what pinning gives is PyTorch's API.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    if (n > 0) {
+      if (posix_memalign(&p, kPage, n) != 0 || p == nullptr) {
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu: could not allocate ", n, " bytes of pinned host memory");
+      }
+      std::lock_guard<std::mutex> lock(mu());
+      live()[reinterpret_cast<uintptr_t>(p)] = n;
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static bool contains(const void* data) {
+    const auto at = reinterpret_cast<uintptr_t>(data);
+    std::lock_guard<std::mutex> lock(mu());
+    auto it = live().upper_bound(at);
+    if (it == live().begin()) return false;
+    --it;
+    return at < it->first + it->second;
+  }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<uintptr_t, size_t>& live() {
+    static auto* m = new std::map<uintptr_t, size_t>();  // (outlives tensors freed at exit)
+    return *m;
+  }
+  static void release(void* p) {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      live().erase(reinterpret_cast<uintptr_t>(p));
+    }
+    std::free(p);
+  }
+};
+
+PinnedAllocator& pinned_allocator() {
+  static auto* a = new PinnedAllocator();
+  return *a;
+}
+
 class TpuHooks final : public at::PrivateUse1HooksInterface {
  public:
   void init() const override { exec::Runtime::get(); }
@@ -219,8 +278,8 @@ class TpuHooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(d >= 0, "tpu: pointer ", data, " does not belong to a tpu storage");
     return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(d));
   }
-  bool isPinnedPtr(const void* data) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::contains(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resize_storage_bytes(storage, newsize);
   }

@@ -122,3 +122,23 @@ def test_device_works_under_a_virtual_memory_limit():
                        preexec_fn=limit_memory)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[0.0, 2.0, 4.0, 6.0, 8.0, 10.0]"
+
+
+def test_pinned_host_memory_is_pinned_and_transfers():
+    """pin_memory() (and a DataLoader's pin_memory=True) gives host memory
+    that is_pinned() recognises, whatever view of it is asked about; other
+    host memory is not pinned; batches reach the device intact."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x = torch.randn(6, 5)
+    p = x.pin_memory()
+    assert p.is_pinned() and p[2:, 1:].is_pinned() and not x.is_pinned()
+    assert p.device.type == "cpu" and torch.equal(p, x)
+    assert torch.empty(7, pin_memory=True).is_pinned()
+    ds = TensorDataset(torch.randn(10, 3), torch.arange(10))
+    for a, b in DataLoader(ds, batch_size=4, pin_memory=True):
+        assert a.is_pinned() and b.is_pinned()
+        assert torch.equal(a.to("tpu", non_blocking=True).cpu(), a)
+    # Freed pinned memory is forgotten: the next host tensor is not pinned.
+    del p
+    assert not torch.randn(6, 5).is_pinned()
