@@ -1,7 +1,9 @@
-// Upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic)
-// and its backward ops, separable: one spatial dim at a time, on the trailing
-// dims, with or without a batch dimension. Source indices and weights are
-// computed on the host exactly as PyTorch computes them.
+// Upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic,
+// and antialiased bilinear and bicubic) and its backward ops, separable: one
+// spatial dim at a time, on the trailing dims, with or without a batch
+// dimension. Source indices and weights are computed on the host exactly as
+// PyTorch computes them.
+#include <algorithm>
 #include <cmath>
 
 #include "csrc/lowering/common.h"
@@ -64,10 +66,14 @@ std::vector<Value> lower_upsample_nearest_backward(Context& c, int64_t nsp, bool
 }
 
 // Interpolation taps along one dim: for tap j, the source index and weight
-// of every output index (2 taps for linear, 4 for cubic).
+// of every output index (2 taps for linear, 4 for cubic, as many as the
+// widest filter for antialiased ones). `valid[j][o]` false: output o has
+// fewer taps; its tap j contributes nothing (not even 0 * inf); empty: every
+// tap is valid.
 struct Taps {
   std::vector<std::vector<int64_t>> index;
   std::vector<std::vector<double>> weight;
+  std::vector<std::vector<int64_t>> valid;
 };
 
 // The taps as the CPU kernels compute them: in float (opmath) for every
@@ -107,18 +113,80 @@ Taps make_taps(int64_t in, int64_t out, bool align_corners, std::optional<double
   return taps;
 }
 
-Taps interp_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool fp64, bool cubic) {
+// Antialiased taps (PIL's resampling, as CPU's _upsample_*_aa kernels
+// compute them, with their mix of T and double arithmetic): downscaling
+// widens the filter (triangle, or Keys' cubic with A = -0.5) by the scale, so
+// that every input under an output contributes, and each output's weights
+// are normalized to sum to 1.
+template <typename T>
+Taps make_aa_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool cubic) {
+  const T s = static_cast<T>(area_scale(in, out, align_corners, scale));
+  const int interp = cubic ? 4 : 2;
+  const T support = s >= T(1) ? static_cast<T>((interp * 0.5) * s) : static_cast<T>(interp * 0.5);
+  const int64_t ntaps = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  const T invscale = s >= T(1) ? static_cast<T>(1.0 / s) : T(1);
+  auto filter = [cubic](T x) -> T {
+    if (x < 0.0) x = -x;
+    if (!cubic) return x < 1.0 ? 1.0 - x : 0.0;
+    const T a = T(-0.5);
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+  };
+  Taps taps;
+  taps.index.assign(ntaps, std::vector<int64_t>(out));
+  taps.weight.assign(ntaps, std::vector<double>(out, 0.0));
+  taps.valid.assign(ntaps, std::vector<int64_t>(out, 0));
+  std::vector<T> w(ntaps);
+  for (int64_t o = 0; o < out; ++o) {
+    const T center = s * (o + 0.5);
+    const int64_t lo = std::min<int64_t>(std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0), in - 1);
+    const int64_t size = std::clamp<int64_t>(std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in) - lo,
+                                             0, ntaps);
+    T total = 0;
+    for (int64_t j = 0; j < size; ++j) {
+      w[j] = filter((static_cast<T>(j + lo) - center + 0.5) * invscale);
+      total += w[j];
+    }
+    for (int64_t j = 0; j < ntaps; ++j) {
+      taps.index[j][o] = j < size ? lo + j : lo;
+      if (j >= size) continue;
+      taps.weight[j][o] = static_cast<double>(total != 0 ? w[j] / total : w[j]);
+      taps.valid[j][o] = 1;
+    }
+  }
+  return taps;
+}
+
+Taps interp_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, bool fp64, bool cubic,
+                 bool antialias) {
+  if (antialias) {
+    return fp64 ? make_aa_taps<double>(in, out, align_corners, scale, cubic)
+                : make_aa_taps<float>(in, out, align_corners, scale, cubic);
+  }
   return fp64 ? make_taps<double>(in, out, align_corners, scale, cubic)
               : make_taps<float>(in, out, align_corners, scale, cubic);
 }
 
-Value weights_along(Builder& b, const std::vector<double>& w, const Dims& shape, int64_t d, DType dt) {
-  return b.broadcast_in_dim(b.constant_floats(w, {static_cast<int64_t>(w.size())}, dt), shape, {d});
+// v * the weights of tap j along d, zero where the tap is not one of an
+// output's.
+Value weighted_tap(Builder& b, Value v, const Taps& tp, size_t j, int64_t d, DType dt) {
+  const Dims shape = b.dims(v);
+  Value wv = b.mul(v, b.broadcast_in_dim(b.constant_floats(tp.weight[j], {static_cast<int64_t>(tp.weight[j].size())}, dt),
+                                         shape, {d}));
+  if (tp.valid.empty() || std::all_of(tp.valid[j].begin(), tp.valid[j].end(), [](int64_t x) { return x != 0; })) {
+    return wv;
+  }
+  const int64_t n = static_cast<int64_t>(tp.valid[j].size());
+  Value ok = b.compare(hlo::Cmp::NE, b.constant_i64s(tp.valid[j], {n}), b.broadcast_in_dim(b.constant_int(0, DType::I64), {n}, {}));
+  return b.select(b.broadcast_in_dim(ok, shape, {d}), wv, b.broadcast_in_dim(b.constant(0.0, dt), shape, {}));
 }
 
 // upsample_{linear1d, bilinear2d, trilinear3d, bicubic2d}(self, output_size,
-// align_corners, scales...): separable, one spatial dim at a time.
-std::vector<Value> lower_upsample_interp(Context& c, int64_t nsp, bool cubic) {
+// align_corners, scales...) and _upsample_{bilinear2d, bicubic2d}_aa:
+// separable, one spatial dim at a time (the antialiased ones from the last,
+// as CPU's kernels).
+std::vector<Value> lower_upsample_interp(Context& c, int64_t nsp, bool cubic, bool antialias = false) {
   const TensorInfo& in = c.args.info(0);
   Dims out = c.args.ints(1);
   const bool align = c.args.bool_(2);
@@ -127,13 +195,13 @@ std::vector<Value> lower_upsample_interp(Context& c, int64_t nsp, bool cubic) {
   const DType ct = to_hlo(opmath_type(t));
   Value x = b.convert(c.args.tensor(0), ct);
   const int64_t lead = in.dim() - nsp;
-  for (int64_t i = 0; i < nsp; ++i) {
+  for (int64_t k = 0; k < nsp; ++k) {
+    const int64_t i = antialias ? nsp - 1 - k : k;
     const int64_t d = lead + i;
-    Taps tp = interp_taps(in.sizes[d], out[i], align, scale_arg(c, 3 + i), t == at::kDouble, cubic);
+    Taps tp = interp_taps(in.sizes[d], out[i], align, scale_arg(c, 3 + i), t == at::kDouble, cubic, antialias);
     Value sum;
     for (size_t j = 0; j < tp.index.size(); ++j) {
-      Value v = take_along(b, x, d, tp.index[j]);
-      v = b.mul(v, weights_along(b, tp.weight[j], b.dims(v), d, ct));
+      Value v = weighted_tap(b, take_along(b, x, d, tp.index[j]), tp, j, d, ct);
       sum = j == 0 ? v : b.add(sum, v);
     }
     x = sum;
@@ -142,7 +210,7 @@ std::vector<Value> lower_upsample_interp(Context& c, int64_t nsp, bool cubic) {
 }
 
 // upsample_*_backward(grad_output, output_size, input_size, align_corners, scales...)
-std::vector<Value> lower_upsample_interp_backward(Context& c, int64_t nsp, bool cubic) {
+std::vector<Value> lower_upsample_interp_backward(Context& c, int64_t nsp, bool cubic, bool antialias = false) {
   Dims out = c.args.ints(1);
   Dims in = c.args.ints(2);
   const bool align = c.args.bool_(3);
@@ -151,13 +219,13 @@ std::vector<Value> lower_upsample_interp_backward(Context& c, int64_t nsp, bool 
   const DType ct = to_hlo(opmath_type(t));
   Value g = b.convert(c.args.tensor(0), ct);
   const int64_t lead = static_cast<int64_t>(in.size()) - nsp;
-  for (int64_t i = nsp - 1; i >= 0; --i) {
+  for (int64_t k = 0; k < nsp; ++k) {
+    const int64_t i = antialias ? k : nsp - 1 - k;
     const int64_t d = lead + i;
-    Taps tp = interp_taps(in[d], out[i], align, scale_arg(c, 4 + i), t == at::kDouble, cubic);
-    const Dims& shape = b.dims(g);
+    Taps tp = interp_taps(in[d], out[i], align, scale_arg(c, 4 + i), t == at::kDouble, cubic, antialias);
     Value sum;
     for (size_t j = 0; j < tp.index.size(); ++j) {
-      Value v = add_along(b, b.mul(g, weights_along(b, tp.weight[j], shape, d, ct)), d, tp.index[j], in[d]);
+      Value v = add_along(b, weighted_tap(b, g, tp, j, d, ct), d, tp.index[j], in[d]);
       sum = j == 0 ? v : b.add(sum, v);
     }
     g = sum;
@@ -188,6 +256,12 @@ TPU_LOWERINGS(upsample) {
   reg("aten::upsample_bilinear2d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 2, false); });
   reg("aten::upsample_trilinear3d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 3, false); });
   reg("aten::upsample_bicubic2d_backward", [](Context& c) { return lower_upsample_interp_backward(c, 2, true); });
+  reg("aten::_upsample_bilinear2d_aa", [](Context& c) { return lower_upsample_interp(c, 2, false, true); });
+  reg("aten::_upsample_bicubic2d_aa", [](Context& c) { return lower_upsample_interp(c, 2, true, true); });
+  reg("aten::_upsample_bilinear2d_aa_backward",
+      [](Context& c) { return lower_upsample_interp_backward(c, 2, false, true); });
+  reg("aten::_upsample_bicubic2d_aa_backward",
+      [](Context& c) { return lower_upsample_interp_backward(c, 2, true, true); });
 }
 
 }  // namespace tpu::lowering

@@ -165,6 +165,29 @@ def test_upsample(mode, kw):
     check(lambda x: F.interpolate(x, size=(7, 3), mode=mode, **kw), x)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_antialiased_resize(mode, align_corners, dtype):
+    """interpolate(antialias=True) (torchvision's Resize on tensors): PIL's
+    widened filters when downscaling, ordinary ones when upscaling; values,
+    strides and gradients as CPU's, float64 to its last bits."""
+    tight = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else {}
+    for shape, size in (((2, 3, 32, 27), (8, 9)), ((1, 2, 7, 9), (12, 4)), ((1, 1, 100, 6), (11, 6)),
+                        ((2, 2, 9, 9), (9, 9))):
+        x = torch.randn(shape, dtype=dtype)
+        check(lambda x: F.interpolate(x, size=size, mode=mode, align_corners=align_corners, antialias=True), x,
+              **tight)
+    x = torch.randn(1, 3, 20, 30, dtype=dtype).to(memory_format=torch.channels_last)
+    down = lambda x: F.interpolate(x, scale_factor=0.3, mode=mode, antialias=True)  # noqa: E731
+    check(down, x, grad=False, **tight)
+    assert down(x.to("tpu")).stride() == down(x).stride()
+    # An input's inf reaches only the outputs whose filter covers it.
+    x = torch.ones(1, 1, 8, 8, dtype=dtype)
+    x[0, 0, 0, 0] = float("inf")
+    check(lambda x: F.interpolate(x, size=(2, 2), mode=mode, antialias=True), x, grad=False)
+
+
 def test_embedding_and_backward():
     w = torch.randn(10, 4)
     idx = torch.tensor([[1, 2, 4], [4, 3, 9]])

@@ -249,7 +249,7 @@ CI_SUBSET = [
     "linalg.solve", "linalg.det", "linalg.qr", "linalg.eigh", "linalg.svd", "index_reduce.amax",
     "special.chebyshev_polynomial_t", "mode", "nn.functional.unfold", "arange", "linspace", "unique",
     "nn.functional.grid_sample", "nn.functional.embedding_bag", "special.bessel_j0", "igamma", "histogram",
-    "matrix_exp", "linalg.lstsq", "nn.functional.interpolate.bicubic", "nn.functional.multi_margin_loss",
+    "matrix_exp", "linalg.lstsq", "nn.functional.interpolate.bicubic", "_upsample_bilinear2d_aa", "nn.functional.multi_margin_loss",
 ]
 
 
