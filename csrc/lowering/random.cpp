@@ -3,6 +3,7 @@
 // reproducible under torch.manual_seed and independent of the host.
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "csrc/lowering/common.h"
 
@@ -22,13 +23,17 @@ Value random_bits(Context& c, size_t gen_arg, const Dims& shape, DType bits) {
 
 // Uniform on the grid k * 2^-n, k in [0, 2^n), in `ct` (F32 or F64, whose
 // significand holds n bits): every value exact, none rounding up to 1.
-Value uniform_grid(Context& c, size_t gen_arg, const Dims& shape, DType ct, int n) {
-  Builder& b = c.b;
-  const DType bits_dt = ct == DType::F64 ? DType::U64 : DType::U32;
+DType bits_type(DType ct) { return ct == DType::F64 ? DType::U64 : DType::U32; }
+
+Value grid_of_bits(Builder& b, Value bits, DType ct, int n) {
+  const Dims& shape = b.dims(bits);
   const int width = ct == DType::F64 ? 64 : 32;
-  Value bits = random_bits(c, gen_arg, shape, bits_dt);
-  Value k = b.binary("stablehlo.shift_right_logical", bits, b.full_int(width - n, bits_dt, shape));
+  Value k = b.binary("stablehlo.shift_right_logical", bits, b.full_int(width - n, bits_type(ct), shape));
   return b.mul(b.convert(k, ct), b.full(std::ldexp(1.0, -n), ct, shape));
+}
+
+Value uniform_grid(Context& c, size_t gen_arg, const Dims& shape, DType ct, int n) {
+  return grid_of_bits(c.b, random_bits(c, gen_arg, shape, bits_type(ct)), ct, n);
 }
 
 // Uniform in [0, 1) with as many random bits as `dt`'s mantissa holds, so
@@ -46,18 +51,25 @@ Value uniform01(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
 // values are a full step of the significand apart), and the set is
 // symmetric about 1/2: 1 - u and 2u - 1 are exact too, and 2u - 1 never
 // reaches -1 or 1.
+Value open_of_bits(Builder& b, Value bits, DType ct) {
+  const int mant = ct == DType::F64 ? 53 : 24;
+  Value u = grid_of_bits(b, bits, ct, mant - 1);
+  return b.add(u, b.full(std::ldexp(1.0, -mant), ct, b.dims(bits)));
+}
+
 Value uniform_open(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
   const DType ct = dt == DType::F64 ? DType::F64 : DType::F32;
-  const int mant = ct == DType::F64 ? 53 : 24;
-  Value u = uniform_grid(c, gen_arg, shape, ct, mant - 1);
-  return c.b.add(u, c.b.full(std::ldexp(1.0, -mant), ct, shape));
+  return open_of_bits(c.b, random_bits(c, gen_arg, shape, bits_type(ct)), ct);
+}
+
+// A standard normal from an open uniform, as standard_normal draws it.
+Value normal_of_open(Builder& b, Value u) {
+  Value two_u_minus_1 = b.sub(b.mul(u, k(b, 2, u)), k(b, 1, u));
+  return b.mul(b.unary("chlo.erf_inv", two_u_minus_1), k(b, M_SQRT2, u));
 }
 
 Value standard_normal(Context& c, size_t gen_arg, const Dims& shape, DType dt) {
-  Builder& b = c.b;
-  Value u = uniform_open(c, gen_arg, shape, dt);  // in opmath (f32 or f64)
-  Value two_u_minus_1 = b.sub(b.mul(u, k(b, 2, u)), k(b, 1, u));
-  return b.mul(b.unary("chlo.erf_inv", two_u_minus_1), k(b, M_SQRT2, u));
+  return normal_of_open(c.b, uniform_open(c, gen_arg, shape, dt));  // in opmath (f32 or f64)
 }
 
 DType opmath(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
@@ -347,6 +359,193 @@ std::vector<Value> lower_rrelu_with_noise_backward(Context& c) {
   return one(b.convert(r, to_hlo(in.dtype)));
 }
 
+
+// ---- rejection samplers: gamma, Dirichlet, Poisson --------------------------
+//
+// CPU's samplers loop per element until a draw is accepted; here every
+// element draws each round and keeps its first accepted value, the rounds
+// running while any element is still waiting (each round a fresh ThreeFry
+// draw from the state the last one left). The rounds are capped: an element
+// still waiting after them (a NaN or negative parameter, which would loop
+// forever on CPU) is NaN.
+
+constexpr int64_t kMaxRounds = 2000;
+
+struct Rounds {
+  // Per round: (the round's two open uniforms in ct, the values carried)
+  // -> the values carried next; carried[0] is the pred "accepted".
+  using Body = std::function<std::vector<Value>(Builder&, Value u1, Value u2, const std::vector<Value>& carried)>;
+};
+
+// Runs `body` until every element's carried[0] (accepted) holds or the cap;
+// returns the generator's state after the last round, then the carried
+// values.
+std::vector<Value> run_rounds(Context& c, size_t gen_arg, const Dims& shape, DType ct, std::vector<Value> init,
+                              const Rounds::Body& body) {
+  Builder& b = c.b;
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  Dims all(rank);
+  for (int64_t d = 0; d < rank; ++d) all[d] = d;
+  Dims two = shape;
+  two.insert(two.begin(), 2);
+  std::vector<Value> carried{b.constant_int(0, DType::I64), c.args.rng_key(gen_arg)};
+  carried.insert(carried.end(), init.begin(), init.end());
+  auto out = b.while_loop(
+      carried,
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value waiting = rb.reduce(rb.not_(v[2]), rb.constant_bool(false), all, "stablehlo.or");
+        return std::vector<Value>{rb.and_(waiting, rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxRounds, DType::I64)))};
+      },
+      [&](Builder& rb, const std::vector<Value>& v) {
+        auto [state, bits] = rb.rng_bit_generator(v[1], Type{bits_type(ct), two}, hlo::RngAlgorithm::ThreeFry);
+        Dims lo(rank + 1, 0), hi = two;
+        hi[0] = 1;
+        Value u1 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
+        lo[0] = 1;
+        hi[0] = 2;
+        Value u2 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
+        std::vector<Value> next{rb.add(v[0], rb.constant_int(1, DType::I64)), state};
+        std::vector<Value> rest = body(rb, u1, u2, std::vector<Value>(v.begin() + 2, v.end()));
+        next.insert(next.end(), rest.begin(), rest.end());
+        return next;
+      });
+  return std::vector<Value>(out.begin() + 1, out.end());
+}
+
+// Gamma(alpha, 1) samples in ct (Marsaglia and Tsang's method, alpha < 1
+// boosted to alpha + 1 and scaled by u^(1/alpha), as CPU's sample_gamma);
+// alpha = 0 gives 0, a negative alpha NaN.
+Value sample_gamma(Context& c, size_t gen_arg, Value alpha, DType ct) {
+  Builder& b = c.b;
+  const Dims shape = b.dims(alpha);
+  auto kk = [&](Builder& rb, double v) { return rb.full(v, ct, shape); };
+  Value small = b.compare(Cmp::LT, alpha, kk(b, 1));
+  Value a1 = b.select(small, b.add(alpha, kk(b, 1)), alpha);
+  Value d = b.sub(a1, kk(b, 1.0 / 3.0));
+  Value cc = b.div(kk(b, 1), b.unary("stablehlo.sqrt", b.mul(kk(b, 9), d)));
+  Value nan = kk(b, std::nan(""));
+  auto out = run_rounds(c, gen_arg, shape, ct, {b.full_int(0, DType::Pred, shape), nan},
+                        [&](Builder& rb, Value u1, Value u2, const std::vector<Value>& v) {
+    Value x = normal_of_open(rb, u1);
+    Value y = rb.add(kk(rb, 1), rb.mul(cc, x));
+    Value vv = rb.mul(rb.mul(y, y), y);
+    Value xx = rb.mul(x, x);
+    Value squeeze = rb.compare(Cmp::LT, u2, rb.sub(kk(rb, 1), rb.mul(kk(rb, 0.0331), rb.mul(xx, xx))));
+    Value logv = rb.unary("stablehlo.log", vv);
+    Value full = rb.compare(Cmp::LT, rb.unary("stablehlo.log", u2),
+                            rb.add(rb.mul(kk(rb, 0.5), xx), rb.mul(d, rb.add(rb.sub(kk(rb, 1), vv), logv))));
+    Value ok = rb.and_(rb.compare(Cmp::GT, y, kk(rb, 0)), rb.or_(squeeze, full));
+    Value fresh = rb.and_(ok, rb.not_(v[0]));
+    return std::vector<Value>{rb.or_(v[0], ok), rb.select(fresh, rb.mul(d, vv), v[1])};
+  });
+  // The boost's scale: one more open uniform per element, from where the
+  // rounds left the generator.
+  Value u = open_of_bits(b, b.rng_bit_generator(out[0], Type{bits_type(ct), shape}, hlo::RngAlgorithm::ThreeFry).second,
+                         ct);
+  Value scale = b.select(small, b.pow(u, b.div(kk(b, 1), alpha)), kk(b, 1));
+  Value g = b.mul(scale, out[2]);
+  g = b.select(b.compare(Cmp::LT, alpha, kk(b, 0)), kk(b, std::nan("")), g);  // (CPU: never returns)
+  return b.select(b.compare(Cmp::EQ, alpha, kk(b, 0)), kk(b, 0), g);
+}
+
+// The smallest positive normal value of dt (CPU clamps samples up to it).
+double tiny_of(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return std::numeric_limits<double>::min();
+    case at::kHalf: return 6.103515625e-05;
+    case at::kBFloat16: return std::numeric_limits<float>::min();
+    default: return std::numeric_limits<float>::min();
+  }
+}
+
+Value at_least(Builder& b, Value x, double lo) {
+  Value l = b.full(lo, b.dtype(x), b.dims(x));
+  return b.select(b.compare(Cmp::LT, x, l), l, x);  // (NaN stays NaN)
+}
+
+// _standard_gamma(self, generator)
+std::vector<Value> lower_standard_gamma(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  check_float(in, "_standard_gamma");
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype), ct = opmath(dt);
+  Value g = sample_gamma(c, 1, b.convert(c.args.tensor(0), ct), ct);
+  return one(at_least(b, b.convert(g, dt), tiny_of(in.dtype)));
+}
+
+// _sample_dirichlet(self, generator): gamma samples in float64 (CPU's
+// guard against underflow), normalized over the last dim, then in
+// [tiny, the largest value below 1] of the dtype.
+std::vector<Value> lower_sample_dirichlet(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  check_float(in, "_sample_dirichlet");
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype);
+  const int64_t r = in.dim();
+  Value g = at_least(b, sample_gamma(c, 1, b.convert(c.args.tensor(0), DType::F64), DType::F64),
+                     std::numeric_limits<double>::min());
+  if (r == 0) return one(b.full(1.0, dt, {}));  // (CPU: gamma / gamma)
+  Value sum = b.reduce(g, b.constant(0, DType::F64), {r - 1}, "stablehlo.add");
+  Dims keep(r - 1);
+  for (int64_t d = 0; d + 1 < r; ++d) keep[d] = d;
+  Value x = b.convert(b.div(g, b.broadcast_in_dim(sum, in.sizes, keep)), dt);
+  const double below_one = in.dtype == at::kDouble ? std::nextafter(1.0, 0.0)
+                           : in.dtype == at::kHalf ? 1.0 - std::ldexp(1.0, -11)
+                           : in.dtype == at::kBFloat16 ? 1.0 - std::ldexp(1.0, -8)
+                                                       : static_cast<double>(std::nextafter(1.0f, 0.0f));
+  Value hi = b.full(below_one, dt, in.sizes);
+  x = b.select(b.compare(Cmp::GT, x, hi), hi, x);
+  return one(at_least(b, x, tiny_of(in.dtype)));
+}
+
+// poisson(self, generator): rates >= 10 by Hoermann's transformed rejection
+// (PTRS), smaller ones by multiplying uniforms until the product falls to
+// exp(-rate), as CPU's sample_poisson.
+std::vector<Value> lower_poisson(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  check_float(in, "poisson");
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype), ct = opmath(dt);
+  const Dims& shape = in.sizes;
+  auto kk = [&](Builder& rb, double v) { return rb.full(v, ct, shape); };
+  Value lam = b.convert(c.args.tensor(0), ct);
+  Value big = b.compare(Cmp::GE, lam, kk(b, 10));
+  Value slam = b.unary("stablehlo.sqrt", lam), loglam = b.unary("stablehlo.log", lam);
+  Value bb = b.add(kk(b, 0.931), b.mul(kk(b, 2.53), slam));
+  Value a = b.add(kk(b, -0.059), b.mul(kk(b, 0.02483), bb));
+  Value invalpha = b.add(kk(b, 1.1239), b.div(kk(b, 1.1328), b.sub(bb, kk(b, 3.4))));
+  Value vr = b.sub(kk(b, 0.9277), b.div(kk(b, 3.6224), b.sub(bb, kk(b, 2))));
+  Value enlam = b.unary("stablehlo.exponential", b.neg(lam));
+  Value zero_rate = b.compare(Cmp::EQ, lam, kk(b, 0));
+  // carried: accepted, result, the small rates' running product and count
+  auto out = run_rounds(c, 1, shape, ct, {zero_rate, kk(b, 0), kk(b, 1), kk(b, 0)},
+                        [&](Builder& rb, Value u1, Value u2, const std::vector<Value>& v) {
+    Value done = v[0], result = v[1], prod = v[2], count = v[3];
+    // PTRS (uniforms in (0, 1): CPU's are in [0, 1)).
+    Value U = rb.sub(u1, kk(rb, 0.5)), V = u2;
+    Value us = rb.sub(kk(rb, 0.5), rb.abs(U));
+    Value kf = rb.unary("stablehlo.floor", rb.add(rb.add(rb.mul(rb.add(rb.div(rb.mul(kk(rb, 2), a), us), bb), U), lam), kk(rb, 0.43)));
+    Value quick = rb.and_(rb.compare(Cmp::GE, us, kk(rb, 0.07)), rb.compare(Cmp::LE, V, vr));
+    Value reject = rb.or_(rb.compare(Cmp::LT, kf, kk(rb, 0)),
+                          rb.and_(rb.compare(Cmp::LT, us, kk(rb, 0.013)), rb.compare(Cmp::GT, V, us)));
+    Value lhs = rb.sub(rb.add(rb.unary("stablehlo.log", V), rb.unary("stablehlo.log", invalpha)),
+                       rb.unary("stablehlo.log", rb.add(rb.div(a, rb.mul(us, us)), bb)));
+    Value rhs = rb.sub(rb.add(rb.neg(lam), rb.mul(kf, loglam)), rb.unary("chlo.lgamma", rb.add(kf, kk(rb, 1))));
+    Value ptrs_ok = rb.or_(quick, rb.and_(rb.not_(reject), rb.compare(Cmp::LE, lhs, rhs)));
+    // Products of uniforms.
+    Value p2 = rb.mul(prod, u1);
+    Value still = rb.compare(Cmp::GT, p2, enlam);
+    Value small_ok = rb.not_(still);
+    Value ok = rb.select(big, ptrs_ok, small_ok);
+    Value fresh = rb.and_(ok, rb.not_(done));
+    Value value = rb.select(big, kf, count);
+    Value live = rb.and_(rb.not_(big), rb.not_(done));
+    return std::vector<Value>{rb.or_(done, ok), rb.select(fresh, value, result), rb.select(live, p2, prod),
+                              rb.select(rb.and_(live, still), rb.add(count, kk(rb, 1)), count)};
+  });
+  Value r = b.select(out[1], out[2], kk(b, std::nan("")));
+  return one(b.convert(r, dt));
+}
 }  // namespace
 
 TPU_LOWERINGS(random) {
@@ -395,6 +594,9 @@ TPU_LOWERINGS(random) {
   reg("aten::native_dropout", lower_native_dropout);
   reg("aten::randperm.generator_out", lower_randperm);
   reg("aten::multinomial", lower_multinomial);
+  reg("aten::_standard_gamma", lower_standard_gamma);
+  reg("aten::_sample_dirichlet", lower_sample_dirichlet);
+  reg("aten::poisson", lower_poisson);
 }
 
 }  // namespace tpu::lowering
