@@ -1016,6 +1016,64 @@ std::vector<Value> lower_dropout_backward(Context& c) {
   return one(cast(b, b.mul(b.mul(g, m), s), t));
 }
 
+
+// _weight_norm_interface(v, g, dim): w = v * (g / ||v||), the norm over
+// every dim but `dim`, in g's shape (float for reduced-precision operands,
+// as CPU's kernel keeps it); the fused form weight_norm takes for dim 0 and
+// the last dim.
+struct WeightNorm {
+  Dims over;  // the dims the norm runs over
+  Dims keep;  // the rest (the broadcast dims of a per-`dim` value)
+};
+WeightNorm weight_norm_dims(int64_t rank, int64_t dim) {
+  WeightNorm w;
+  if (rank > 0 && dim < 0) dim += rank;
+  for (int64_t d = 0; d < rank; ++d) (d == dim ? w.keep : w.over).push_back(d);
+  return w;
+}
+
+// The per-`dim` values of x (a [v's shape] value reduced over wn.over),
+// broadcast back to v's shape.
+Value along_dim(Builder& b, Value reduced, const Dims& shape, const WeightNorm& wn) {
+  return b.broadcast_in_dim(reduced, shape, wn.keep);
+}
+
+std::vector<Value> lower_weight_norm_interface(Context& c) {
+  const TensorInfo& v = c.args.info(0);
+  const TensorInfo& g = c.args.info(1);
+  Builder& b = c.b;
+  const DType vt = to_hlo(v.dtype), ct = to_hlo(opmath_type(v.dtype));
+  const WeightNorm wn = weight_norm_dims(v.dim(), c.args.int_(2));
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value norm = b.unary("stablehlo.sqrt", sum_over(b, b.mul(x, x), wn.over));  // [v.sizes[dim]] (or rank 0)
+  const int64_t keep_n = count_over(v.sizes, wn.keep);
+  TORCH_CHECK(g.numel() == keep_n, "_weight_norm_interface: g of shape ", dims_string(g.sizes), " for v of shape ", dims_string(v.sizes),
+              " along dim ", c.args.int_(2), ": g must have ", keep_n, " elements");
+  Value gv = b.reshape(b.convert(c.args.tensor(1), ct), b.dims(norm));
+  Value w = b.mul(x, along_dim(b, b.div(gv, norm), v.sizes, wn));
+  const DType nt = (v.dtype == at::kHalf || v.dtype == at::kBFloat16) ? DType::F32 : to_hlo(g.dtype);
+  return {b.convert(w, vt), b.convert(b.reshape(norm, g.sizes), nt)};
+}
+
+// _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+// grad_g = sum(grad_w * v) / norm, grad_v = (g / norm) * (grad_w - v * grad_g / norm).
+std::vector<Value> lower_weight_norm_interface_backward(Context& c) {
+  const TensorInfo& v = c.args.info(1);
+  const TensorInfo& g = c.args.info(2);
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(v.dtype));
+  const WeightNorm wn = weight_norm_dims(v.dim(), c.args.int_(4));
+  Value gw = b.convert(c.args.tensor(0), ct), x = b.convert(c.args.tensor(1), ct);
+  Value dot = sum_over(b, b.mul(gw, x), wn.over);
+  const Dims& per = b.dims(dot);
+  Value norm = b.reshape(b.convert(c.args.tensor(3), ct), per);
+  Value gv = b.reshape(b.convert(c.args.tensor(2), ct), per);
+  Value grad_g = b.div(dot, norm);
+  Value grad_v = b.mul(along_dim(b, b.div(gv, norm), v.sizes, wn),
+                       b.sub(gw, b.mul(x, along_dim(b, b.div(grad_g, norm), v.sizes, wn))));
+  return {b.convert(grad_v, to_hlo(v.dtype)), b.convert(b.reshape(grad_g, g.sizes), to_hlo(g.dtype))};
+}
+
 }  // namespace
 
 TPU_LOWERINGS(nn) {
@@ -1041,6 +1099,8 @@ TPU_LOWERINGS(nn) {
   reg("aten::adaptive_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 2); });
 
   reg("aten::native_layer_norm", lower_layer_norm);
+  reg("aten::_weight_norm_interface", lower_weight_norm_interface);
+  reg("aten::_weight_norm_interface_backward", lower_weight_norm_interface_backward);
   reg("aten::native_layer_norm_backward", lower_layer_norm_backward);
   reg("aten::native_group_norm", lower_group_norm);
   reg("aten::native_group_norm_backward", lower_group_norm_backward);

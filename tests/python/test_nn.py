@@ -188,6 +188,41 @@ def test_antialiased_resize(mode, align_corners, dtype):
     check(lambda x: F.interpolate(x, size=(2, 2), mode=mode, antialias=True), x, grad=False)
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["parametrization", "legacy"])
+def test_weight_norm_layers_train_as_on_cpu(legacy):
+    """weight_norm (HiFi-GAN, wav2vec2's positional convolution): outputs and
+    the gradients of g and v as CPU's, along dim 0, the last dim and
+    ConvTranspose's dim 1."""
+    nn = torch.nn
+    wrap = nn.utils.weight_norm if legacy else nn.utils.parametrizations.weight_norm
+    for make, dim, shape in ((lambda: nn.Linear(5, 3), 0, (2, 5)), (lambda: nn.Conv1d(4, 6, 3), 2, (2, 4, 7)),
+                             (lambda: nn.Conv2d(2, 3, 3), 0, (2, 2, 6, 6)),
+                             (lambda: nn.ConvTranspose1d(4, 2, 3), 1, (2, 4, 7))):
+        mods = []
+        for dev in ("cpu", "tpu"):
+            torch.manual_seed(0)
+            mods.append(wrap(make(), dim=dim).to(dev))
+        x = torch.randn(shape)
+        ys = [m(x.to(dev)) for m, dev in zip(mods, ("cpu", "tpu"))]
+        for y in ys:
+            y.square().sum().backward()
+        assert_same(ys[1], ys[0].detach())
+        want, got = dict(mods[0].named_parameters()), dict(mods[1].named_parameters())
+        for name in want:
+            assert_same(got[name].grad, want[name].grad, rtol=1e-4, atol=1e-5)
+
+
+def test_weight_norm_interface_values_dtypes_and_layout():
+    v, g = torch.randn(4, 3, 2, dtype=torch.float64), torch.randn(4, 1, 1, dtype=torch.float64)
+    assert_same(torch._weight_norm_interface(v.to("tpu"), g.to("tpu"), 0), torch._weight_norm_interface(v, g, 0),
+                rtol=1e-12, atol=1e-12)
+    vb, gb = v[:, :, :1].float().bfloat16(), g.float().bfloat16()
+    assert_same(torch._weight_norm_interface(vb.to("tpu"), gb.to("tpu"), 0), torch._weight_norm_interface(vb, gb, 0))
+    vt, gt = torch.randn(3, 4).t(), torch.randn(4, 1)
+    got, want = torch._weight_norm_interface(vt.to("tpu"), gt.to("tpu"), 0), torch._weight_norm_interface(vt, gt, 0)
+    assert [t.stride() for t in got] == [t.stride() for t in want]
+
+
 def test_embedding_and_backward():
     w = torch.randn(10, 4)
     idx = torch.tensor([[1, 2, 4], [4, 3, 9]])
