@@ -42,7 +42,11 @@ def variants_of(functional: str) -> list[tuple[str, int]]:
     if first is not None and first.alias_info is not None and first.alias_info.is_write:
         return [(functional, INPLACE)]
     out: list[tuple[str, int]] = [(functional, FUNCTIONAL)]
-    for s in torch._C._jit_get_schemas_for_operator(base + "_"):
+    # (An operator's in-place form is named with a trailing underscore;
+    # Python's dunder operators with an i: __lshift__ -> __ilshift__.)
+    dunder = base.startswith("aten::__") and base.endswith("__")
+    inplace = "aten::__i" + base[len("aten::__"):] if dunder else base + "_"
+    for s in torch._C._jit_get_schemas_for_operator(inplace):
         args = s.arguments
         if s.overload_name == overload and args and args[0].alias_info is not None:
             if args[0].alias_info.is_write and _signature(args) == fsig:

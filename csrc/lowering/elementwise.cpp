@@ -446,6 +446,46 @@ std::vector<Value> lower_shift(Context& c, bool left) {
                       p.a, p.b));
 }
 
+
+// gcd and lcm as CPU's calc_gcd: Euclid's algorithm on |a| and |b|, every
+// element at once (rounds until every remainder is 0: fewer than 100 for
+// int64); lcm(a, b) = |a / gcd * b|, 0 where gcd is 0.
+std::vector<Value> lower_gcd(Context& c, bool lcm) {
+  Promoted p = promote2(c, 0, 1, false);
+  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type) && p.type != at::kBool, "\"", lcm ? "lcm" : "gcd",
+                              "_cpu\" not implemented for '", c10::toString(p.type), "'");
+  Builder& b = c.b;
+  const DType dt = to_hlo(p.type);
+  const Dims shape = p.shape;
+  const bool is_signed = !hlo::is_unsigned_int(dt);
+  auto absolute = [&](Builder& rb, Value x) { return is_signed ? rb.abs(x) : x; };
+  Dims all(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) all[d] = static_cast<int64_t>(d);
+  auto out = b.while_loop(
+      {absolute(b, p.a), absolute(b, p.b)},
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value live = rb.compare(Cmp::NE, v[0], rb.full_int(0, dt, shape));
+        return std::vector<Value>{rb.reduce(live, rb.constant_bool(false), all, "stablehlo.or")};
+      },
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value zero = rb.full_int(0, dt, shape);
+        Value done = rb.compare(Cmp::EQ, v[0], zero);
+        Value divisor = rb.select(done, rb.full_int(1, dt, shape), v[0]);
+        return std::vector<Value>{rb.select(done, zero, rb.binary("stablehlo.remainder", v[1], divisor)),
+                                  rb.select(done, v[1], v[0])};
+      });
+  Value g = out[1];
+  if (!lcm) return one(g);
+  Value zero = b.full_int(0, dt, shape);
+  Value gz = b.compare(Cmp::EQ, g, zero);
+  Value q = b.div(p.a, b.select(gz, b.full_int(1, dt, shape), g));
+  // (C++ computes |q * b| of 8- and 16-bit operands in int, then truncates.)
+  const bool narrow = hlo::byte_width(dt) < 4;
+  const DType wt = narrow ? DType::I32 : dt;
+  Value l = absolute(b, b.mul(b.convert(q, wt), b.convert(p.b, wt)));
+  return one(b.select(gz, zero, b.convert(l, dt)));
+}
+
 // ---- min/max/clamp -------------------------------------------------------------------
 
 // maximum/minimum propagate NaN.
@@ -726,6 +766,8 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::bitwise_right_shift.Tensor_Scalar", [](Context& c) { return lower_shift(c, false); });
   reg("aten::bitwise_right_shift.Scalar_Tensor", [](Context& c) { return lower_shift(c, false); });
   reg("aten::__lshift__.Tensor", [](Context& c) { return lower_shift(c, true); });
+  reg("aten::gcd", [](Context& c) { return lower_gcd(c, false); });
+  reg("aten::lcm", [](Context& c) { return lower_gcd(c, true); });
   reg("aten::__lshift__.Scalar", [](Context& c) { return lower_shift(c, true); });
   reg("aten::__rshift__.Tensor", [](Context& c) { return lower_shift(c, false); });
   reg("aten::__rshift__.Scalar", [](Context& c) { return lower_shift(c, false); });

@@ -231,3 +231,37 @@ def test_index_along_dim_ops(op, dtype, shape, dim):
             getattr(xt, op + "_")(dim, i, src), getattr(yt, op + "_")(dim, i.to("tpu"), src.to("tpu"))
         assert yt.stride() == xt.stride()
         assert_same(yt, xt, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+def test_gcd_and_lcm_are_cpus(dtype):
+    """Euclid's algorithm on every element (zeros, signs, broadcasting, the
+    in-place form); lcm wraps as CPU's, whose C++ computes narrow types'
+    products in int before truncating."""
+    g = torch.Generator().manual_seed(0)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -2**31), min(info.max, 2**31 - 1)
+    a = torch.randint(lo, hi, (3000,), dtype=dtype, generator=g)
+    b = torch.randint(lo, hi, (3000,), dtype=dtype, generator=g)
+    a[:5], b[3:8] = 0, 0
+    for f in (torch.gcd, torch.lcm):
+        assert torch.equal(f(a.to("tpu"), b.to("tpu")).cpu(), f(a, b))
+    x, y = a[:6].reshape(2, 3, 1), b[:4]
+    assert torch.equal(torch.gcd(x.to("tpu"), y.to("tpu")).cpu(), torch.gcd(x, y))
+    t = a[:10].to("tpu")
+    t.lcm_(b[:10].to("tpu"))
+    assert torch.equal(t.cpu(), torch.lcm(a[:10], b[:10]))
+    with pytest.raises(NotImplementedError):
+        torch.gcd(torch.ones(2, device="tpu"), torch.ones(2, device="tpu"))
+
+
+def test_in_place_shift_operators():
+    """x <<= n and x >>= n (Python's __ilshift__ / __irshift__), by a number
+    and by a tensor, arithmetic for signed values."""
+    x = torch.tensor([5, -7, 9, 1 << 20])
+    for op, by in (("__ilshift__", 3), ("__irshift__", 2), ("__ilshift__", torch.tensor([1, 2, 3, 4])),
+                   ("__irshift__", torch.tensor([0, 1, 2, 30]))):
+        want, got = x.clone(), x.to("tpu")
+        getattr(want, op)(by)
+        getattr(got, op)(by.to("tpu") if isinstance(by, torch.Tensor) else by)
+        assert torch.equal(got.cpu(), want), op
