@@ -735,6 +735,33 @@ class LoweredKernel final : public c10::OperatorKernel {
   const Entry& e_;  // (entries are never removed; a map's nodes do not move)
 };
 
+// Advanced indexing takes index tensors on the CPU for a tensor on any
+// device (PyTorch's AdvancedIndex moves them to self's device): x[cpu_idx],
+// x[cpu_mask] and x[cpu_idx] = v, as on CUDA. Only these ops: others want
+// their tensors on one device.
+void move_cpu_indices(const Entry& e, std::vector<c10::IValue>& args, int device) {
+  static const std::unordered_set<std::string> ops = {"aten::index.Tensor", "aten::_unsafe_index.Tensor",
+                                                      "aten::index_put", "aten::_index_put_impl",
+                                                      "aten::_unsafe_index_put"};
+  if (args.size() < 2 || !args[1].isList() || ops.count(e.functional) == 0) return;
+  bool any = false;
+  for (const c10::IValue& v : args[1].toListRef()) {
+    any = any || (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu());
+  }
+  if (!any) return;
+  c10::List<std::optional<at::Tensor>> moved;
+  const c10::Device to(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+  for (const c10::IValue& v : args[1].toListRef()) {
+    if (!v.isTensor()) {
+      moved.push_back(std::nullopt);
+    } else {
+      const at::Tensor& t = v.toTensor();
+      moved.push_back(t.defined() && t.device().is_cpu() ? t.to(to) : t);
+    }
+  }
+  args[1] = std::move(moved);
+}
+
 void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();
@@ -742,6 +769,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   // CPU fallback)
   std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - n), std::make_move_iterator(stack->end()));
   const int device = op_device(args);
+  move_cpu_indices(e, args, device);
   for (const c10::IValue& v : args) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined()) return;

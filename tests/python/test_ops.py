@@ -265,3 +265,27 @@ def test_in_place_shift_operators():
         getattr(want, op)(by)
         getattr(got, op)(by.to("tpu") if isinstance(by, torch.Tensor) else by)
         assert torch.equal(got.cpu(), want), op
+
+
+def test_advanced_indexing_takes_cpu_index_tensors():
+    """As on CUDA: index tensors and masks on the CPU index a tpu tensor
+    (read, write, accumulate), e.g. nn.init.sparse_'s CPU permutations;
+    other ops still want one device."""
+    x = torch.arange(20.0).reshape(4, 5)
+    t = x.to("tpu")
+    rows, cols, mask = torch.tensor([0, 3, 3]), torch.tensor([1, 4, 0]), x > 7
+    assert torch.equal(t[rows].cpu(), x[rows]) and torch.equal(t[rows, cols].cpu(), x[rows, cols])
+    assert torch.equal(t[mask].cpu(), x[mask]) and torch.equal(t[:, torch.tensor([True, False] * 2 + [True])].cpu(),
+                                                                 x[:, torch.tensor([True, False] * 2 + [True])])
+    want, got = x.clone(), t.clone()
+    want[rows, cols] = -1.0
+    got[rows, cols] = -1.0
+    want[mask] = 0.5
+    got[mask] = 0.5
+    want.index_put_((rows,), torch.ones(5), accumulate=True)
+    got.index_put_((rows,), torch.ones(5, device="tpu"), accumulate=True)
+    assert torch.equal(got.cpu(), want)
+    w = torch.nn.init.sparse_(torch.empty(6, 4, device="tpu"), 0.5)
+    assert w.device.type == "tpu" and int((w == 0).sum(0).min()) >= 3
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.index_select(t, 0, rows)
