@@ -205,13 +205,14 @@ at::Tensor empty_like_layout(const at::Tensor& self, const at::TensorOptions& op
 // kernels follow the input (Python's elementwise rule keeps the strides of
 // its size-1 dims): tril and triu (an empty result of the input's sizes),
 // masked_fill (a contiguous clone of self), log_softmax, a number to the
-// power of a tensor, rrelu, the gamma and Poisson samplers, weight norm.
+// power of a tensor, rrelu, the gamma, Poisson and binomial samplers, weight
+// norm.
 bool contiguous_result(const std::string& f) {
   static const std::unordered_set<std::string> ops = {"aten::tril", "aten::triu", "aten::masked_fill.Scalar",
                                                       "aten::masked_fill.Tensor", "aten::_log_softmax",
                                                       "aten::pow.Scalar", "aten::float_power.Scalar",
                                                       "aten::rrelu_with_noise",
-                                                      "aten::_standard_gamma", "aten::poisson",
+                                                      "aten::_standard_gamma", "aten::poisson", "aten::binomial",
                                                       "aten::_weight_norm_interface"};
   return ops.count(f) != 0;
 }

@@ -546,6 +546,80 @@ std::vector<Value> lower_poisson(Context& c) {
   Value r = b.select(out[1], out[2], kk(b, std::nan("")));
   return one(b.convert(r, dt));
 }
+
+// log(k!) - Stirling's approximation of it (k >= 0), the tail BTRS corrects by.
+Value stirling_tail(Builder& b, Value k) {
+  const DType ct = b.dtype(k);
+  const Dims& shape = b.dims(k);
+  auto kk = [&](double v) { return b.full(v, ct, shape); };
+  Value k1 = b.add(k, kk(1));
+  Value approx = b.add(b.sub(b.mul(b.add(k, kk(0.5)), b.unary("stablehlo.log", k1)), k1), kk(0.5 * std::log(2 * M_PI)));
+  return b.sub(b.unary("chlo.lgamma", k1), approx);
+}
+
+// binomial(count, prob, generator): Hoermann's BTRS where count * p >= 10
+// (p the smaller of prob and 1 - prob), else the sum of geometric draws
+// (inversion), mirrored for prob > 1/2, as CPU's sample_binomial.
+std::vector<Value> lower_binomial(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  check_float(in, "binomial");
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype), ct = opmath(dt);
+  const Dims shape = broadcast_shapes(in.sizes, c.args.info(1).sizes);
+  auto kk = [&](Builder& rb, double v) { return rb.full(v, ct, shape); };
+  Value n = b.broadcast_to(b.convert(c.args.tensor(0), ct), shape);
+  Value prob = b.broadcast_to(b.convert(c.args.tensor(1), ct), shape);
+  Value flip = b.compare(Cmp::GT, prob, kk(b, 0.5));
+  Value p = b.select(flip, b.sub(kk(b, 1), prob), prob);
+  Value trivial = b.or_(b.or_(b.compare(Cmp::LE, n, kk(b, 0)), b.compare(Cmp::LE, prob, kk(b, 0))),
+                        b.compare(Cmp::GE, prob, kk(b, 1)));
+  Value big = b.compare(Cmp::GE, b.mul(n, p), kk(b, 10));
+  // BTRS's constants.
+  Value sd = b.unary("stablehlo.sqrt", b.mul(b.mul(n, p), b.sub(kk(b, 1), p)));
+  Value bb = b.add(kk(b, 1.15), b.mul(kk(b, 2.53), sd));
+  Value a = b.add(b.add(kk(b, -0.0873), b.mul(kk(b, 0.0248), bb)), b.mul(kk(b, 0.01), p));
+  Value cc = b.add(b.mul(n, p), kk(b, 0.5));
+  Value vr = b.sub(kk(b, 0.92), b.div(kk(b, 4.2), bb));
+  Value r = b.div(p, b.sub(kk(b, 1), p));
+  Value alpha = b.mul(b.add(kk(b, 2.83), b.div(kk(b, 5.1), bb)), sd);
+  Value m = b.unary("stablehlo.floor", b.mul(b.add(n, kk(b, 1)), p));
+  Value logq = b.unary("stablehlo.log_plus_one", b.neg(p));
+  // carried: accepted, result, the inversion's geometric sum and count
+  auto out = run_rounds(c, 2, shape, ct, {trivial, kk(b, 0), kk(b, 0), kk(b, 0)},
+                        [&](Builder& rb, Value u1, Value u2, const std::vector<Value>& v) {
+    Value done = v[0], result = v[1], gsum = v[2], count = v[3];
+    auto log = [&](Value x) { return rb.unary("stablehlo.log", x); };
+    Value U = rb.sub(u1, kk(rb, 0.5)), V = u2;
+    Value us = rb.sub(kk(rb, 0.5), rb.abs(U));
+    Value k = rb.unary("stablehlo.floor",
+                       rb.add(rb.mul(rb.add(rb.div(rb.mul(kk(rb, 2), a), us), bb), U), cc));
+    Value in_range = rb.and_(rb.compare(Cmp::GE, k, kk(rb, 0)), rb.compare(Cmp::LE, k, n));
+    Value quick = rb.and_(rb.compare(Cmp::GE, us, kk(rb, 0.07)), rb.compare(Cmp::LE, V, vr));
+    Value lv = log(rb.div(rb.mul(V, alpha), rb.add(rb.div(a, rb.mul(us, us)), bb)));
+    Value nm1 = rb.add(rb.sub(n, m), kk(rb, 1)), nk1 = rb.add(rb.sub(n, k), kk(rb, 1));
+    Value bound = rb.add(rb.add(rb.mul(rb.add(m, kk(rb, 0.5)), log(rb.div(rb.add(m, kk(rb, 1)), rb.mul(r, nm1)))),
+                                rb.mul(rb.add(n, kk(rb, 1)), log(rb.div(nm1, nk1)))),
+                         rb.mul(rb.add(k, kk(rb, 0.5)), log(rb.div(rb.mul(r, nk1), rb.add(k, kk(rb, 1))))));
+    bound = rb.add(bound, rb.sub(rb.add(stirling_tail(rb, m), stirling_tail(rb, rb.sub(n, m))),
+                                 rb.add(stirling_tail(rb, k), stirling_tail(rb, rb.sub(n, k)))));
+    Value btrs_ok = rb.and_(in_range, rb.or_(quick, rb.compare(Cmp::LE, lv, bound)));
+    // Inversion: geometric draws until their sum passes the count.
+    Value geom = rb.unary("stablehlo.ceil", rb.div(log(u1), logq));
+    Value g2 = rb.add(gsum, geom);
+    Value passed = rb.compare(Cmp::GT, g2, n);
+    Value ok = rb.select(big, btrs_ok, passed);
+    Value fresh = rb.and_(ok, rb.not_(done));
+    Value live = rb.and_(rb.not_(big), rb.not_(done));
+    return std::vector<Value>{rb.or_(done, ok), rb.select(fresh, rb.select(big, k, count), result),
+                              rb.select(live, g2, gsum),
+                              rb.select(rb.and_(live, rb.not_(passed)), rb.add(count, kk(rb, 1)), count)};
+  });
+  Value k = b.select(flip, b.sub(n, out[2]), out[2]);
+  k = b.select(trivial, b.select(b.compare(Cmp::GE, prob, kk(b, 1)), b.select(b.compare(Cmp::LE, n, kk(b, 0)), kk(b, 0), n),
+                                 kk(b, 0)), k);
+  Value bad = b.or_(b.not_(out[1]), b.compare(Cmp::NE, prob, prob));  // (NaN prob, or rounds exhausted)
+  return one(b.convert(b.select(bad, kk(b, std::nan("")), k), dt));
+}
 }  // namespace
 
 TPU_LOWERINGS(random) {
@@ -597,6 +671,7 @@ TPU_LOWERINGS(random) {
   reg("aten::_standard_gamma", lower_standard_gamma);
   reg("aten::_sample_dirichlet", lower_sample_dirichlet);
   reg("aten::poisson", lower_poisson);
+  reg("aten::binomial", lower_binomial);
 }
 
 }  // namespace tpu::lowering

@@ -28,6 +28,7 @@ SAMPLERS = {
     "multinomial": lambda: torch.multinomial(torch.tensor([0.1, 0.2, 0.7], device="tpu"), N, True),
     "_standard_gamma": lambda: torch._standard_gamma(torch.full((N,), 0.7, device="tpu")),
     "poisson": lambda: torch.poisson(torch.full((N,), 12.0, device="tpu")),
+    "binomial": lambda: torch.binomial(torch.full((N,), 30.0, device="tpu"), torch.full((N,), 0.4, device="tpu")),
     "_sample_dirichlet": lambda: torch._sample_dirichlet(torch.full((N // 4, 4), 0.5, device="tpu")),
 }
 
@@ -154,9 +155,9 @@ def _same_distribution(got, want, alpha_c=2.23):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_gamma_poisson_and_dirichlet_follow_cpus_distributions(dtype):
-    """torch.distributions' Gamma, Beta, Chi2, StudentT, Dirichlet and
-    Poisson draw through these: each distribution equals CPU's (two-sample
+def test_gamma_poisson_binomial_and_dirichlet_follow_cpus_distributions(dtype):
+    """torch.distributions' Gamma, Beta, Chi2, StudentT, Dirichlet, Poisson
+    and Binomial draw through these: each distribution equals CPU's (two-sample
     KS against CPU's own sampler, small and large parameters, both sides of
     the boosted and the rejection methods' switches)."""
     n = 20_000
@@ -173,6 +174,12 @@ def test_gamma_poisson_and_dirichlet_follow_cpus_distributions(dtype):
         gap, crit = _same_distribution(got, seeded(lambda: torch.poisson(lam)))
         assert gap < crit, ("poisson", rate, gap, crit)
         assert abs(got.mean().item() - rate) < 5 * math.sqrt(rate / n)
+    for count, prob in ((5.0, 0.3), (100.0, 0.05), (100.0, 0.2), (1000.0, 0.5), (50.0, 0.9), (30.0, 0.95)):
+        cs, ps = torch.full((n,), count, dtype=dtype), torch.full((n,), prob, dtype=dtype)
+        got = seeded(lambda: torch.binomial(cs.to("tpu"), ps.to("tpu"))).cpu()
+        assert bool((got == got.round()).all() and (got >= 0).all() and (got <= count).all())
+        gap, crit = _same_distribution(got, seeded(lambda: torch.binomial(cs, ps)))
+        assert gap < crit, ("binomial", count, prob, gap, crit)
     conc = torch.tensor([0.1, 1.0, 5.0], dtype=dtype).expand(n, 3).contiguous()
     got = seeded(lambda: torch._sample_dirichlet(conc.to("tpu"))).cpu()
     want = seeded(lambda: torch._sample_dirichlet(conc))
@@ -184,19 +191,24 @@ def test_gamma_poisson_and_dirichlet_follow_cpus_distributions(dtype):
 
 def test_gamma_and_poisson_edge_parameters_and_layouts():
     """Zero parameters give CPU's values (gamma: the smallest normal float,
-    as CPU clamps; Poisson: 0); a negative shape, on which CPU's sampler
+    as CPU clamps; Poisson: 0; binomial: 0, or the count for prob 1; NaN
+    for a NaN prob); a negative shape, on which CPU's sampler
     never returns, gives NaN; results are contiguous as CPU's, also for a
     transposed input; empty inputs give empty results."""
     a = torch.tensor([0.0, -1.0, 2.0], device="tpu")
     g = torch._standard_gamma(a).cpu()
     assert g[0].item() == torch.finfo(torch.float32).tiny and math.isnan(g[1].item()) and g[2].item() > 0
     assert torch.poisson(torch.zeros(5, device="tpu")).cpu().eq(0).all()
+    counts, probs = torch.tensor([0.0, 10.0, 10.0, 5.0]), torch.tensor([0.5, 0.0, 1.0, float("nan")])
+    got = torch.binomial(counts.to("tpu"), probs.to("tpu")).cpu()
+    assert got[:3].tolist() == [0.0, 0.0, 10.0] and math.isnan(got[3].item())
     t = torch.full((4, 6), 2.0).t()
-    for f in (torch._standard_gamma, torch.poisson, torch._sample_dirichlet):
+    for f in (torch._standard_gamma, torch.poisson, torch._sample_dirichlet, lambda x: torch.binomial(x, x / 4)):
         assert f(t.to("tpu")).stride() == f(t).stride()
         assert f(torch.empty(0, 3, device="tpu")).shape == (0, 3)
     d = torch.distributions
     x = torch.full((3,), 2.0, device="tpu")
-    for dist in (d.Gamma(x, x), d.Beta(x, x), d.Dirichlet(x), d.Chi2(x), d.StudentT(x), d.Poisson(x)):
+    for dist in (d.Gamma(x, x), d.Beta(x, x), d.Dirichlet(x), d.Chi2(x), d.StudentT(x), d.Poisson(x),
+                 d.Binomial(10, x / 4)):
         s = dist.sample((5,))
         assert s.device.type == "tpu" and bool(torch.isfinite(s).all())
