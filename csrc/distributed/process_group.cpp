@@ -424,11 +424,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(std::vector<std::vecto
   return run(c, [&] { return host_->allgather(out, in, opts); });
 }
 
+// The one-tensor gathers and scatters take the world's parts as one
+// tensor of world x the part's elements, whatever its shape ((world * n),
+// (world, n), (1, world * n) as SyncBatchNorm passes): Gloo splits along
+// dim 0, so both go to it flat.
+void check_concatenated(const char* op, const at::Tensor& whole, const at::Tensor& part, int world) {
+  TORCH_CHECK_VALUE(whole.numel() == part.numel() * world, op, ": the output/input tensor of ", whole.numel(),
+                    " elements must hold world_size (", world, ") times the ", part.numel(), " of the other");
+}
+
+at::Tensor flat(const at::Tensor& host) { return host.is_contiguous() ? host.view({-1}) : host; }
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                 const c10d::AllgatherOptions& opts) {
   Call c("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, *pool_);
-  at::Tensor in = c.in(input);
-  at::Tensor out = c.out(output);
+  check_concatenated("all_gather_into_tensor", output, input, getSize());
+  at::Tensor in = flat(c.in(input));
+  at::Tensor out = flat(c.out(output));
   return run(c, [&] { return host_->_allgather_base(out, in, opts); });
 }
 
@@ -481,8 +493,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                      const c10d::ReduceScatterOptions& opts) {
   Call c("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, *pool_);
-  at::Tensor in = c.in(prescaled(opts.reduceOp, input));
-  at::Tensor out = c.out(output);
+  check_concatenated("reduce_scatter_tensor", input, output, getSize());
+  at::Tensor in = flat(c.in(prescaled(opts.reduceOp, input)));
+  at::Tensor out = flat(c.out(output));
   const c10d::ReduceScatterOptions o = for_host(opts);
   return run(c, [&] { return host_->_reduce_scatter_base(out, in, o); });
 }

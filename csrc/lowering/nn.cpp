@@ -1074,6 +1074,124 @@ std::vector<Value> lower_weight_norm_interface_backward(Context& c) {
   return {b.convert(grad_v, to_hlo(v.dtype)), b.convert(b.reshape(grad_g, g.sizes), to_hlo(g.dtype))};
 }
 
+
+// ---- SyncBatchNorm's pieces (torch.nn.SyncBatchNorm in distributed training) ----
+// Each rank's statistics, their combination over the ranks' counts, the
+// normalization, and the backward's per-channel sums and input gradient, as
+// CUDA's kernels define them (statistics in float for half and bfloat16).
+
+struct Channels {
+  Dims red;  // every dim but the channels' (1)
+  int64_t C;
+  double n;  // elements per channel
+};
+Channels channels_of(const TensorInfo& in, const char* op) {
+  TORCH_CHECK(in.dim() >= 2, op, ": expected an input with at least 2 dims, got ", in.dim());
+  Channels ch{{0}, in.sizes[1], 0};
+  for (int64_t i = 2; i < in.dim(); ++i) ch.red.push_back(i);
+  ch.n = static_cast<double>(count_over(in.sizes, ch.red));
+  return ch;
+}
+
+// batch_norm_stats(input, eps) -> (mean, invstd)
+std::vector<Value> lower_batch_norm_stats(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const Channels ch = channels_of(in, "batch_norm_stats");
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  Value x = b.convert(c.args.tensor(0), ct);
+  Value mean = b.div(sum_over(b, x, ch.red), b.full(ch.n, ct, {ch.C}));
+  Value xc = b.sub(x, b.broadcast_in_dim(mean, in.sizes, {1}));
+  Value var = b.div(sum_over(b, b.mul(xc, xc), ch.red), b.full(ch.n, ct, {ch.C}));
+  return {mean, b.unary("stablehlo.rsqrt", b.add(var, b.full(c.args.double_(1), ct, {ch.C})))};
+}
+
+// batch_norm_gather_stats_with_counts(input, mean [R, C], invstd [R, C],
+//   running_mean?, running_var?, momentum, eps, counts [R]) -> (mean, invstd):
+// the ranks' statistics combined by their counts; the running statistics
+// updated (the variance unbiased).
+std::vector<Value> lower_batch_norm_gather_stats_with_counts(Context& c) {
+  const TensorInfo& mi = c.args.info(1);
+  TORCH_CHECK(mi.dim() == 2, "batch_norm_gather_stats_with_counts: mean must be [ranks, channels], got ",
+              dims_string(mi.sizes));
+  const int64_t R = mi.sizes[0], C = mi.sizes[1];
+  const double momentum = c.args.double_(5), eps = c.args.double_(6);
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(mi.dtype));
+  Value m = b.convert(c.args.tensor(1), ct), inv = b.convert(c.args.tensor(2), ct);
+  Value cnt = b.broadcast_in_dim(b.convert(b.reshape(c.args.tensor(7), {R}), ct), {R, C}, {0});
+  Value n = sum_over(b, cnt, {0});
+  Value mean = b.div(sum_over(b, b.mul(cnt, m), {0}), n);
+  Value var_r = b.sub(b.div(b.full(1, ct, {R, C}), b.mul(inv, inv)), b.full(eps, ct, {R, C}));
+  Value d = b.sub(m, b.broadcast_in_dim(mean, {R, C}, {1}));
+  Value var_n = sum_over(b, b.mul(cnt, b.add(var_r, b.mul(d, d))), {0});
+  Value invstd = b.unary("stablehlo.rsqrt", b.add(b.div(var_n, n), b.full(eps, ct, {C})));
+  auto blend = [&](size_t arg, Value v) {
+    if (!c.args.has(arg)) return;
+    const DType rt = to_hlo(c.args.info(arg).dtype);
+    Value old = b.convert(c.args.tensor(arg), ct);
+    c.args.assign(arg, b.convert(b.add(b.mul(b.full(1 - momentum, ct, {C}), old), b.mul(b.full(momentum, ct, {C}), v)), rt));
+  };
+  blend(3, mean);
+  blend(4, b.div(var_n, b.sub(n, b.full(1, ct, {C}))));
+  const DType ot = to_hlo(mi.dtype);
+  return {b.convert(mean, ot), b.convert(invstd, ot)};
+}
+
+// batch_norm_elemt(input, weight?, bias?, mean, invstd, eps)
+std::vector<Value> lower_batch_norm_elemt(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  channels_of(in, "batch_norm_elemt");
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  auto bc = [&](size_t arg) { return b.broadcast_in_dim(b.convert(c.args.tensor(arg), ct), in.sizes, {1}); };
+  Value y = b.mul(b.sub(b.convert(c.args.tensor(0), ct), bc(3)), bc(4));
+  if (c.args.has(1)) y = b.mul(y, bc(1));
+  if (c.args.has(2)) y = b.add(y, bc(2));
+  return one(b.convert(y, to_hlo(in.dtype)));
+}
+
+// batch_norm_backward_reduce(grad_out, input, mean, invstd, weight?, input_g,
+//   weight_g, bias_g) -> (sum_dy, sum_dy_xmu, grad_weight, grad_bias), each
+// only where its flag asks.
+std::vector<Value> lower_batch_norm_backward_reduce(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const Channels ch = channels_of(in, "batch_norm_backward_reduce");
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  Value g = b.convert(c.args.tensor(0), ct), x = b.convert(c.args.tensor(1), ct);
+  Value xc = b.sub(x, b.broadcast_in_dim(b.convert(c.args.tensor(2), ct), in.sizes, {1}));
+  Value sum_dy = sum_over(b, g, ch.red), sum_dy_xmu = sum_over(b, b.mul(g, xc), ch.red);
+  const DType st = to_hlo(c.args.info(2).dtype);
+  const DType wt = c.args.has(4) ? to_hlo(c.args.info(4).dtype) : to_hlo(in.dtype);
+  Value invstd = b.convert(c.args.tensor(3), ct);
+  const bool input_g = c.args.bool_(5), weight_g = c.args.bool_(6), bias_g = c.args.bool_(7);
+  return {input_g ? b.convert(sum_dy, st) : Value{}, input_g ? b.convert(sum_dy_xmu, st) : Value{},
+          weight_g ? b.convert(b.mul(sum_dy_xmu, invstd), wt) : Value{}, bias_g ? b.convert(sum_dy, wt) : Value{}};
+}
+
+// batch_norm_backward_elemt(grad_out, input, mean, invstd, weight?, sum_dy,
+//   sum_dy_xmu, count [R] (int)): the input gradient from the sums over
+// every rank's batch.
+std::vector<Value> lower_batch_norm_backward_elemt(Context& c) {
+  const TensorInfo& in = c.args.info(1);
+  const Channels ch = channels_of(in, "batch_norm_backward_elemt");
+  Builder& b = c.b;
+  const DType ct = to_hlo(opmath_type(in.dtype));
+  const int64_t C = ch.C;
+  Value total = b.convert(sum_over(b, b.convert(c.args.tensor(7), DType::I64), range(0, c.args.info(7).dim())), ct);
+  Value norm = b.div(b.full(1, ct, {C}), b.broadcast_in_dim(total, {C}, {}));
+  Value mean_dy = b.mul(b.convert(c.args.tensor(5), ct), norm);
+  Value mean_dy_xmu = b.mul(b.convert(c.args.tensor(6), ct), norm);
+  Value invstd = b.convert(c.args.tensor(3), ct);
+  Value f1 = b.mul(b.mul(invstd, invstd), mean_dy_xmu);
+  Value f2 = c.args.has(4) ? b.mul(b.convert(c.args.tensor(4), ct), invstd) : invstd;
+  auto bc = [&](Value v) { return b.broadcast_in_dim(v, in.sizes, {1}); };
+  Value xc = b.sub(b.convert(c.args.tensor(1), ct), bc(b.convert(c.args.tensor(2), ct)));
+  Value gi = b.mul(b.sub(b.sub(b.convert(c.args.tensor(0), ct), bc(mean_dy)), b.mul(xc, bc(f1))), bc(f2));
+  return one(b.convert(gi, to_hlo(in.dtype)));
+}
+
 }  // namespace
 
 TPU_LOWERINGS(nn) {
@@ -1103,6 +1221,11 @@ TPU_LOWERINGS(nn) {
   reg("aten::_weight_norm_interface_backward", lower_weight_norm_interface_backward);
   reg("aten::native_layer_norm_backward", lower_layer_norm_backward);
   reg("aten::native_group_norm", lower_group_norm);
+  reg("aten::batch_norm_stats", lower_batch_norm_stats);
+  reg("aten::batch_norm_gather_stats_with_counts", lower_batch_norm_gather_stats_with_counts);
+  reg("aten::batch_norm_elemt", lower_batch_norm_elemt);
+  reg("aten::batch_norm_backward_reduce", lower_batch_norm_backward_reduce);
+  reg("aten::batch_norm_backward_elemt", lower_batch_norm_backward_elemt);
   reg("aten::native_group_norm_backward", lower_group_norm_backward);
   reg("aten::native_batch_norm", [](Context& c) {
     return batch_norm(c, 1, 2, 3, 4, c.args.bool_(5), c.args.double_(6), c.args.double_(7));

@@ -308,6 +308,63 @@ def ddp(rank, world, init):
     dist.destroy_process_group()
 
 
+def sync_batch_norm(rank, world, init):
+    """DDP of a CNN with SyncBatchNorm (convert_sync_batchnorm) equals one
+    process training it with BatchNorm on the global batch: outputs,
+    parameters and running statistics; the ranks' halves are uneven. And the
+    one-tensor gathers it relies on take any shape of world x n elements."""
+    _init(rank, world, init)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # (SyncBatchNorm gathers into a (1, world * n) tensor: the one-tensor
+    # collectives take any shape of world x n elements, as NCCL's do.)
+    part = torch.arange(3.0, device="tpu") + 10 * rank
+    whole = torch.cat([torch.arange(3.0) + 10 * r for r in range(world)])
+    for shape in ((1, world * 3), (world, 3), (world * 3,)):
+        out = torch.empty(shape, device="tpu")
+        dist.all_gather_into_tensor(out, part)
+        torch.testing.assert_close(out.cpu().flatten(), whole)
+    got = torch.empty(3, device="tpu")
+    dist.reduce_scatter_tensor(got, whole.reshape(world, 3).to("tpu"))
+    torch.testing.assert_close(got.cpu(), world * whole[3 * rank:3 * rank + 3])
+    try:
+        dist.all_gather_into_tensor(torch.empty(world * 3 + 1, device="tpu"), part)
+    except ValueError as e:
+        assert "world_size" in str(e), e
+    else:
+        raise AssertionError("a wrongly sized output was accepted")
+
+    def cnn():
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1),
+                             nn.BatchNorm2d(2))
+
+    torch.manual_seed(0)
+    ref = cnn()
+    model = cnn()
+    model.load_state_dict(ref.state_dict())
+    model = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(model).to("tpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        x, y = torch.randn(7, 3, 5, 5, generator=g), torch.randn(7, 2, 5, 5, generator=g)
+        lo, hi = (0, 3) if rank == 0 else (3, 7)  # 3 and 4 samples
+        opt.zero_grad()
+        out = model(x[lo:hi].to("tpu"))
+        # Each rank's loss is its share of the global mean.
+        (nn.functional.mse_loss(out, y[lo:hi].to("tpu"), reduction="sum") * world / y.numel()).backward()
+        opt.step()
+        ropt.zero_grad()
+        rout = ref(x)
+        nn.functional.mse_loss(rout, y).backward()
+        ropt.step()
+        torch.testing.assert_close(out.detach().cpu(), rout.detach()[lo:hi], rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.module.state_dict().items(), ref.state_dict().values()):
+        if p.is_floating_point():
+            torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5, msg=name)
+    dist.destroy_process_group()
+
+
 def fsdp_dtensor_dcp(rank, world, init, ckpt_dir):
     """FSDP2 (fp32 and a bf16 MixedPrecisionPolicy) equals one process;
     DTensor ops equal dense ones; tensor parallel on an MLP; a distributed

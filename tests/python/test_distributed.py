@@ -45,6 +45,10 @@ def test_ddp_equals_single_process():
     w.launch(w.ddp, 2)
 
 
+def test_sync_batch_norm_equals_batch_norm_on_the_global_batch():
+    w.launch(w.sync_batch_norm, 2)
+
+
 def test_fsdp2_dtensor_and_checkpoint_reloaded_by_one_process():
     import torch.distributed.checkpoint as dcp
 

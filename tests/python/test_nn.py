@@ -306,3 +306,32 @@ def test_ctc_loss_unbatched_and_int_lengths():
     nn_loss(xa.log_softmax(2), tgt, il, tl).backward()
     nn_loss(xb.log_softmax(2), tgt.to("tpu"), il.to("tpu"), tl.to("tpu")).backward()
     torch.testing.assert_close(xb.grad.cpu(), xa.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_sync_batch_norm_pieces_equal_batch_norm():
+    """The ops SyncBatchNorm runs (batch_norm_stats, _gather_stats_with_counts,
+    _elemt, _backward_reduce, _backward_elemt), with the batch split into two
+    uneven "ranks", give native batch norm's statistics, running statistics,
+    output and gradients on the whole batch."""
+    torch.manual_seed(0)
+    x, w, b, g = torch.randn(6, 3, 4, 5), torch.randn(3), torch.randn(3), torch.randn(6, 3, 4, 5)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    out, mean, invstd = torch.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+    gx, gw, gb = torch.ops.aten.native_batch_norm_backward(g, x, w, None, None, mean, invstd, True, 1e-5,
+                                                          [True, True, True])
+    t = lambda v: v.to("tpu")  # noqa: E731
+    parts = [torch.batch_norm_stats(t(p), 1e-5) for p in (x[:2], x[2:])]
+    trm, trv = torch.zeros(3, device="tpu"), torch.ones(3, device="tpu")
+    counts = torch.tensor([2 * 20.0, 4 * 20.0], device="tpu")
+    m, inv = torch.batch_norm_gather_stats_with_counts(t(x), torch.stack([p[0] for p in parts]),
+                                                       torch.stack([p[1] for p in parts]), trm, trv, 0.1, 1e-5, counts)
+    for got, want in ((m, mean), (inv, invstd), (trm, rm), (trv, rv)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.batch_norm_elemt(t(x), t(w), t(b), m, inv, 1e-5).cpu(), out, rtol=1e-5, atol=1e-5)
+    sdy, sdx, tgw, tgb = torch.batch_norm_backward_reduce(t(g), t(x), m, inv, t(w), True, True, True)
+    tgx = torch.batch_norm_backward_elemt(t(g), t(x), m, inv, t(w), sdy, sdx,
+                                          torch.tensor([40, 80], dtype=torch.int32, device="tpu"))
+    for got, want in ((tgx, gx), (tgw, gw), (tgb, gb)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    assert torch.batch_norm_backward_reduce(t(g), t(x), m, inv, None, False, False, True)[:3] == (None, None, None)
+    assert torch.batch_norm_stats(t(x).half(), 1e-5)[0].dtype == torch.float32
