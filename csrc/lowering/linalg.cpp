@@ -70,6 +70,20 @@ std::vector<Value> lower_mm(Context& c) {
   return one(contract(c, c.args.tensor(0), c.args.tensor(1), {}, 1, 0, a.dtype));
 }
 
+// _int_mm(int8 [M, K], int8 [K, N]) -> int32 [M, N] (torchao's int8
+// dynamic quantization): the products accumulated exactly in int32.
+std::vector<Value> lower_int_mm(Context& c) {
+  const TensorInfo& a = c.args.info(0);
+  const TensorInfo& m = c.args.info(1);
+  TORCH_CHECK(a.dim() == 2 && m.dim() == 2, "_int_mm: expected 2-d self and mat2, got ", a.dim(), "-d and ", m.dim(),
+              "-d");
+  TORCH_CHECK(a.sizes[1] == m.sizes[0], "_int_mm: self.size(1) (", a.sizes[1], ") must match mat2.size(0) (",
+              m.sizes[0], ")");
+  TORCH_CHECK(a.dtype == at::kChar && m.dtype == at::kChar, "_int_mm: expected int8 self and mat2, got ", a.dtype,
+              " and ", m.dtype);
+  return one(c.b.dot_general(c.args.tensor(0), c.args.tensor(1), {}, {}, {1}, {0}, DType::I32));
+}
+
 std::vector<Value> lower_bmm(Context& c) {
   const TensorInfo& a = c.args.info(0);
   const TensorInfo& m = c.args.info(1);
@@ -416,6 +430,7 @@ TPU_LOWERINGS(linalg) {
     return one(scaled_sum(c, prod, t, 0, 3, 4));
   });
   reg("aten::mm", lower_mm);
+  reg("aten::_int_mm", lower_int_mm);
   reg("aten::bmm", lower_bmm);
   reg("aten::addmm", lower_addmm);
 }

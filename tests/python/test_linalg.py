@@ -404,3 +404,21 @@ def test_weight_gradient_of_a_linear_layer_is_cpus():
     wc = w.clone().requires_grad_()
     torch.nn.functional.linear(x, wc).backward(g)
     close(wt.grad, wc.grad)
+
+
+def test_int8_matmul_accumulates_exactly_in_int32():
+    """torch._int_mm (torchao's int8 quantized linear layers): int8 x int8
+    products summed in int32, equal to CPU's bit for bit (a long K included),
+    transposed operands and empty ones; bad shapes and dtypes raise."""
+    g = torch.Generator().manual_seed(0)
+    for m, k, n in ((5, 8, 3), (33, 4096, 17), (0, 4, 3), (2, 0, 3)):
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, generator=g)
+        got = torch._int_mm(a.to("tpu"), b.to("tpu"))
+        assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch._int_mm(a, b))
+    a = torch.randint(-128, 128, (8, 5), dtype=torch.int8, generator=g)
+    assert torch.equal(torch._int_mm(a.t().to("tpu"), a.to("tpu")).cpu(), torch._int_mm(a.t(), a))
+    with pytest.raises(RuntimeError):
+        torch._int_mm(torch.ones(2, 3, dtype=torch.int8, device="tpu"), torch.ones(4, 3, dtype=torch.int8, device="tpu"))
+    with pytest.raises(RuntimeError):
+        torch._int_mm(torch.ones(2, 3, device="tpu"), torch.ones(3, 3, device="tpu"))
