@@ -340,6 +340,8 @@ bool meta_is_broken(const Entry& e) {
 // ...): where that is a dense permutation other than the contiguous one, the
 // op produces the result in that order, so that strides, views, reshapes
 // and later in-place writes behave as on CPU.
+void lay_out_as(EagerProgram& p, const std::vector<at::Tensor>& meta, std::vector<Value>& outputs);
+
 void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const Entry& e,
                           EagerProgram& p, std::vector<Value>& outputs) {
   if (meta_is_broken(e)) return;
@@ -356,9 +358,15 @@ void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::
     if (std::optional<at::Tensor> m = roll_layout(e.functional, args)) (*meta)[0] = *m;
   }
   cpu_kernel_layouts(e.functional, args, *meta);
+  lay_out_as(p, *meta, outputs);
+}
+
+// Lays each output out as its meta tensor's strides say (see
+// lay_out_like_pytorch).
+void lay_out_as(EagerProgram& p, const std::vector<at::Tensor>& meta, std::vector<Value>& outputs) {
   hlo::Builder& b = p.builder();
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const at::Tensor& m = (*meta)[i];
+  for (size_t i = 0; i < outputs.size() && i < meta.size(); ++i) {
+    const at::Tensor& m = meta[i];
     if (!outputs[i].valid() || !m.defined() || m.dim() < 1) continue;
     // The strides themselves, not is_contiguous(): that ignores the strides
     // of size-1 dims (and of every dim of an empty tensor), which CPU's
@@ -819,6 +827,12 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
     outputs = results;
     if (!a.data_dependent()) {
       lay_out_like_pytorch(op, args, e, p, outputs);
+    } else if ((e.functional == "aten::index_put" || e.functional == "aten::_index_put_impl") && outputs.size() == 1 &&
+               args[0].isTensor()) {
+      // A mask index reads its count on the host, but the result is still
+      // CPU's clone of self, laid out as self.
+      const at::Tensor& self = args[0].toTensor();
+      lay_out_as(p, {empty_like_layout(self, self.options().device(at::kMeta))}, outputs);
     } else if (e.functional == "aten::nonzero" && outputs.size() == 1) {
       // No meta kernel knows the count: CPU's nonzero is [count, rank]
       // laid out column by column (strides 1, count).

@@ -193,6 +193,8 @@ std::optional<size_t> follows_input_format(const std::string& f) {
   return it->second;
 }
 
+}  // namespace
+
 // empty_like(self) as CPU lays it out (the meta device's empty_like is
 // Python's, which differs): self's strides exactly (those of size-1 dims
 // too) when self is dense, else dense strides in self's order of strides.
@@ -200,6 +202,8 @@ at::Tensor empty_like_layout(const at::Tensor& self, const at::TensorOptions& op
   if (self.is_non_overlapping_and_dense()) return at::empty_strided(self.sizes(), self.strides(), options);
   return at::empty_strided(self.sizes(), at::infer_dense_strides(self.sizes(), self.strides()), options);
 }
+
+namespace {
 
 // Ops whose CPU kernels make their result contiguous where their meta
 // kernels follow the input (Python's elementwise rule keeps the strides of

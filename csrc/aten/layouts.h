@@ -28,6 +28,10 @@ std::optional<at::Tensor> iterator_layout(const c10::OperatorHandle& op, const s
 // roll's result as CPU lays it out (nullopt: contiguous, as the meta kernel's).
 std::optional<at::Tensor> roll_layout(const std::string& functional, const std::vector<c10::IValue>& args);
 
+// empty_like(self) as CPU lays it out: self's strides when self is dense,
+// else dense strides in self's order of strides; with `options`.
+at::Tensor empty_like_layout(const at::Tensor& self, const at::TensorOptions& options);
+
 // Corrects `meta` (the op's results on meta tensors) where CPU's kernels lay
 // results out otherwise.
 void cpu_kernel_layouts(const std::string& functional, const std::vector<c10::IValue>& args,

@@ -285,6 +285,12 @@ def test_advanced_indexing_takes_cpu_index_tensors():
     want.index_put_((rows,), torch.ones(5), accumulate=True)
     got.index_put_((rows,), torch.ones(5, device="tpu"), accumulate=True)
     assert torch.equal(got.cpu(), want)
+    # A mask's count is read on the host; the result is still self's clone, in self's layout.
+    xt, m5 = torch.randn(5, 5).t(), torch.tensor([True, False, True, False, True])
+    for mask in (m5, m5.to("tpu")):
+        got = torch.index_put(xt.to("tpu"), (mask,), torch.ones(5, device="tpu"), accumulate=True)
+        want = torch.index_put(xt, (m5,), torch.ones(5), accumulate=True)
+        assert got.stride() == want.stride() and torch.equal(got.cpu(), want)
     w = torch.nn.init.sparse_(torch.empty(6, 4, device="tpu"), 0.5)
     assert w.device.type == "tpu" and int((w == 0).sum(0).min()) >= 3
     with pytest.raises(RuntimeError, match="same device"):
