@@ -434,10 +434,17 @@ std::vector<Value> lower_bitwise_not(Context& c) {
   return one(c.b.not_(c.args.tensor(0)));
 }
 
-std::vector<Value> lower_shift(Context& c, bool left) {
+// Arguments 0 and 1 promoted together, for an op CPU implements for
+// integers only (its kernel `name` refuses the others, bool included).
+Promoted integer_operands(Context& c, const char* name) {
   Promoted p = promote2(c, 0, 1, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type) && p.type != at::kBool, "\"", left ? "lshift" : "rshift",
-              "_cpu\" not implemented for '", c10::toString(p.type), "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type) && p.type != at::kBool, "\"", name, "_cpu\" not implemented for '",
+                              c10::toString(p.type), "'");
+  return p;
+}
+
+std::vector<Value> lower_shift(Context& c, bool left) {
+  Promoted p = integer_operands(c, left ? "lshift" : "rshift");
   Builder& b = c.b;
   const DType dt = to_hlo(p.type);
   if (left) return one(b.binary("stablehlo.shift_left", p.a, p.b));
@@ -446,14 +453,11 @@ std::vector<Value> lower_shift(Context& c, bool left) {
                       p.a, p.b));
 }
 
-
 // gcd and lcm as CPU's calc_gcd: Euclid's algorithm on |a| and |b|, every
 // element at once (rounds until every remainder is 0: fewer than 100 for
 // int64); lcm(a, b) = |a / gcd * b|, 0 where gcd is 0.
 std::vector<Value> lower_gcd(Context& c, bool lcm) {
-  Promoted p = promote2(c, 0, 1, false);
-  TORCH_CHECK_NOT_IMPLEMENTED(is_integral(p.type) && p.type != at::kBool, "\"", lcm ? "lcm" : "gcd",
-                              "_cpu\" not implemented for '", c10::toString(p.type), "'");
+  Promoted p = integer_operands(c, lcm ? "lcm" : "gcd");
   Builder& b = c.b;
   const DType dt = to_hlo(p.type);
   const Dims shape = p.shape;
