@@ -71,6 +71,7 @@ _ops._configure(
 from . import _kernels  # noqa: E402
 
 _kernels.register()
+_kernels.register_missing_meta()
 
 from . import api  # noqa: E402,F401
 from . import _accelerate, _ctc, _factories, _fastpath, _quant, compiler, distributed  # noqa: E402

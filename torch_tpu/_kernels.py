@@ -70,3 +70,23 @@ def register() -> int:
             kinds.append(kind)
     torch.ops.torch_tpu._register_kernels(variants, functionals, kinds)
     return len(variants)
+
+
+_meta_lib = None
+
+
+def register_missing_meta() -> None:
+    """Meta kernels for the random ops PyTorch ships without one (binomial,
+    _sample_dirichlet): without them, torch.compile's tracing runs the op on
+    the device to learn its result's shape, which draws from the generator,
+    so a compiled function's first call after torch.manual_seed would not
+    draw what eager or its later calls draw. Their results are contiguous, of
+    the first operand's shape and dtype."""
+    global _meta_lib
+    if _meta_lib is not None:
+        return
+    _meta_lib = torch.library.Library("aten", "IMPL")
+    for name in ("binomial", "_sample_dirichlet"):
+        if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "Meta"):
+            _meta_lib.impl(name, lambda self, *args, **kwargs: torch.empty(self.shape, dtype=self.dtype,
+                                                                            device=self.device), "Meta")

@@ -212,3 +212,17 @@ def test_gamma_and_poisson_edge_parameters_and_layouts():
                  d.Binomial(10, x / 4)):
         s = dist.sample((5,))
         assert s.device.type == "tpu" and bool(torch.isfinite(s).all())
+
+
+def test_compiled_samplers_draw_what_eager_draws_from_the_first_call():
+    """After torch.manual_seed, a compiled function's first call (traced and
+    captured) and its later ones draw what eager draws (binomial and
+    _sample_dirichlet have no meta kernel in PyTorch: tracing them must not
+    run them on the device)."""
+    a, c, p = (torch.full((2, 4), v, device="tpu") for v in (2.0, 10.0, 0.3))
+    for fn in (lambda: torch._standard_gamma(a), lambda: torch.poisson(a), lambda: torch.binomial(c, p),
+               lambda: torch._sample_dirichlet(a)):
+        compiled = torch.compile(fn, backend="tpu")
+        want = seeded(fn).cpu()
+        for _ in range(2):
+            assert torch.equal(seeded(compiled).cpu(), want)
