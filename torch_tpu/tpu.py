@@ -95,6 +95,14 @@ class device:
         return False
 
 
+class device_of(device):
+    """Context manager that makes the device of ``obj`` (a tensor) current;
+    a CPU tensor leaves the current device as it is."""
+
+    def __init__(self, obj: Any):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else -1)
+
+
 def synchronize(device: Any = None) -> None:
     """Wait until every program started on the device has finished."""
     _ops.synchronize(_index(device))
@@ -241,6 +249,36 @@ def stream(s: "torch.Stream | None"):
     yield s
 
 
+class StreamContext:
+    """Context manager selecting a stream (torch.cuda.StreamContext's form);
+    every stream of a device is its one in-order stream."""
+
+    def __init__(self, stream: "torch.Stream | None"):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
+
+
+def is_current_stream_capturing() -> bool:
+    """No stream is ever capturing a graph (there are no device graphs to capture)."""
+    return False
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is a native dtype of every tpu device (and of XLA on CPU and GPU)."""
+    return True
+
+
+def is_tf32_supported() -> bool:
+    """TF32 is an NVIDIA tensor-core format; float32 matmul precision is set
+    with torch.set_float32_matmul_precision."""
+    return False
+
+
 # ---- memory -------------------------------------------------------------------------
 
 
@@ -255,6 +293,25 @@ def max_memory_allocated(device: Any = None) -> int:
 
 def reset_peak_memory_stats(device: Any = None) -> None:
     _ops.reset_peak_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    """The older name of reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Limit the bytes this process's live tensors may hold on the device to
+    ``fraction`` of its memory (mem_get_info's total); an allocation past it
+    raises torch.OutOfMemoryError, as on CUDA. 1.0 removes the limit."""
+    if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"set_per_process_memory_fraction: fraction must be in [0, 1], got {fraction}")
+    idx = _index(device)
+    total = mem_get_info(idx)[1]
+    _ops._set_memory_limit(idx, 0 if fraction >= 1 else max(1, int(total * fraction)))
+
+
+OutOfMemoryError = torch.OutOfMemoryError
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:

@@ -139,6 +139,7 @@ std::vector<int64_t> memory_stats(int64_t device) {
   return {m.allocated, m.peak, m.num_allocs, in_use, limit};
 }
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
+void set_memory_limit_bytes(int64_t device, int64_t bytes) { set_memory_limit(static_cast<int>(device), bytes); }
 void set_dump_on_cache_miss(bool on) { exec::ExecutableCache::set_dump_on_miss(on); }
 void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
 std::vector<int64_t> mem_get_info(int64_t device) {
@@ -271,6 +272,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("fused_max_ops() -> int", &fused_max_ops);
   m.def("memory_stats(int device) -> int[]", &memory_stats);
   m.def("reset_peak_memory_stats(int device) -> ()", &reset_peak_memory_stats);
+  m.def("_set_memory_limit(int device, int bytes) -> ()", &set_memory_limit_bytes);
   m.def("reset_accumulated_memory_stats(int device) -> ()", &reset_accumulated_memory_stats);
   m.def("mem_get_info(int device) -> int[]", &mem_get_info);
   m.def("_set_dump_on_cache_miss(bool on) -> ()", &set_dump_on_cache_miss);

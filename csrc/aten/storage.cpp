@@ -97,6 +97,20 @@ AddressSpace& address_space() {
 
 std::mutex g_mem_mu;
 MemoryCounters g_mem[kMaxDevices];
+int64_t g_mem_limit[kMaxDevices] = {};  // bytes of live storages allowed (0: no limit)
+
+// Refuses an allocation that would take the device's live storages past the
+// process's limit (torch.tpu.set_per_process_memory_fraction), as CUDA's
+// caching allocator does: torch.OutOfMemoryError, nothing allocated.
+void check_limit(int device, int64_t nbytes) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  const int64_t limit = g_mem_limit[device];
+  TORCH_CHECK_WITH(OutOfMemoryError, limit == 0 || g_mem[device].allocated + nbytes <= limit,
+                   "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device, " with ",
+                   g_mem[device].allocated, " bytes already held, past this process's limit of ", limit,
+                   " bytes (torch.tpu.set_per_process_memory_fraction). Free tensors you no longer need or raise "
+                   "the fraction.");
+}
 
 void count_alloc(int device, int64_t nbytes, bool freed) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
@@ -170,6 +184,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
   c10::DataPtr allocate(size_t nbytes) override {
     const int device = current_device();
+    check_limit(device, static_cast<int64_t>(nbytes));
     void* addr = nbytes > 0 ? address_space().take(device, nbytes) : nullptr;
     auto* ctx = new Context(nbytes, device, addr);
     count_alloc(device, static_cast<int64_t>(nbytes), false);
@@ -209,6 +224,12 @@ MemoryCounters memory_counters(int device) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
   return g_mem[device];
+}
+
+void set_memory_limit(int device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
+  g_mem_limit[device] = std::max<int64_t>(bytes, 0);
 }
 
 void reset_peak_memory(int device) {

@@ -88,6 +88,8 @@ struct MemoryCounters {
 };
 MemoryCounters memory_counters(int device);
 void reset_peak_memory(int device);
+// Live storage bytes the process may hold on the device (0: no limit).
+void set_memory_limit(int device, int64_t bytes);
 void reset_accumulated_memory(int device);
 
 // The device's memory: its limit as the plugin reports it, else (the CPU

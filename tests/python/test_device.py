@@ -142,3 +142,39 @@ def test_pinned_host_memory_is_pinned_and_transfers():
     # Freed pinned memory is forgotten: the next host tensor is not pinned.
     del p
     assert not torch.randn(6, 5).is_pinned()
+
+
+def test_cuda_style_device_module_functions():
+    """The torch.cuda functions device-generic code calls through
+    torch.get_device_module: bfloat16/TF32 support, device_of, StreamContext,
+    stream capture, the older peak-reset name, OutOfMemoryError."""
+    tpu = torch.get_device_module("tpu")
+    assert tpu.is_bf16_supported() and not tpu.is_tf32_supported() and not tpu.is_current_stream_capturing()
+    with tpu.device_of(torch.ones(1, device="tpu")):
+        assert tpu.current_device() == 0
+    with tpu.StreamContext(tpu.current_stream()) as s:
+        assert s is not None
+    tpu.reset_max_memory_allocated()
+    assert tpu.OutOfMemoryError is torch.OutOfMemoryError
+
+
+def test_per_process_memory_fraction_limits_live_tensors():
+    """set_per_process_memory_fraction: an allocation past the fraction of
+    the device's memory raises torch.OutOfMemoryError (naming the limit)
+    and allocates nothing; freeing makes room; 1.0 lifts the limit."""
+    total = torch.tpu.mem_get_info()[1]
+    held = torch.tpu.memory_allocated()
+    torch.tpu.set_per_process_memory_fraction((held + 1_000_000) / total)
+    try:
+        a = torch.empty(100_000, device="tpu")  # 400 kB
+        with pytest.raises(torch.OutOfMemoryError, match="set_per_process_memory_fraction"):
+            torch.empty(200_000, device="tpu")  # 800 kB more would pass 1 MB
+        assert torch.tpu.memory_allocated() == held + 400_000
+        del a
+        b = torch.empty(200_000, device="tpu")
+        assert b.shape == (200_000,)
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    torch.empty(1_000_000, device="tpu")
+    with pytest.raises(ValueError):
+        torch.tpu.set_per_process_memory_fraction(1.5)
