@@ -157,6 +157,19 @@ Value scan(Builder& b, Value x, int64_t dim, const std::function<Value(Value, Va
 }
 
 // Slices x[..., idx[j], ...] along d.
+Value gather_points(Builder& b, Value x, Value coords) {
+  const int64_t rank = b.rank(x);
+  Dims out = b.dims(coords);
+  out.pop_back();
+  Builder::GatherDims dn;
+  for (int64_t d = 0; d < rank; ++d) {
+    dn.collapsed_slice_dims.push_back(d);
+    dn.start_index_map.push_back(d);
+  }
+  dn.index_vector_dim = static_cast<int64_t>(out.size());
+  return b.gather(x, coords, dn, Dims(rank, 1), out);
+}
+
 Value take_along(Builder& b, Value x, int64_t d, const std::vector<int64_t>& idx) {
   const int64_t n = static_cast<int64_t>(idx.size());
   Builder::GatherDims dn;

@@ -79,6 +79,8 @@ Value scan(Builder& b, Value x, int64_t dim, const std::function<Value(Value, Va
 // slices x[..., idx[j], ...]; add_along adds the slices of g into positions
 // idx[j] of a dim of length n (its adjoint).
 Value take_along(Builder& b, Value x, int64_t d, const std::vector<int64_t>& idx);
+// Element-wise gather: out[i...] = x[coords[i...]], coords [..., rank(x)].
+Value gather_points(Builder& b, Value x, Value coords);
 Value add_along(Builder& b, Value g, int64_t d, const std::vector<int64_t>& idx, int64_t n);
 
 [[noreturn]] void unsupported(Context& c, const std::string& what);

@@ -38,17 +38,6 @@ Dims iota_dims(int64_t n) {
   return d;
 }
 
-// Element-wise gather: out[i...] = x[coords[i...]].
-Value gather_points(Builder& b, Value x, Value coords) {
-  const int64_t rank = b.rank(x);
-  Dims out = b.dims(coords);
-  out.pop_back();
-  Builder::GatherDims dn;
-  dn.collapsed_slice_dims = iota_dims(rank);
-  dn.start_index_map = iota_dims(rank);
-  dn.index_vector_dim = static_cast<int64_t>(out.size());
-  return b.gather(x, coords, dn, Dims(rank, 1), out);
-}
 
 // Element-wise scatter of `updates` (shape = coords without the last dim).
 Value scatter_points(Builder& b, Value x, Value coords, Value updates, const Builder::RegionBody& combiner) {

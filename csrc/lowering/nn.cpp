@@ -220,6 +220,101 @@ std::vector<Value> lower_max_unpool(Context& c, int64_t nsp) {
   return one(scatter_planes(b, c.args.tensor(0), indices, sizes, nsp, false));
 }
 
+// fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples)
+// -> (output, indices): each plane's windows start where its random samples
+// put them (CPU's generate_intervals, in the input's dtype: for output i <
+// O - 1, trunc((i + u) * alpha) - trunc(u * alpha), alpha = (in - k) / (O - 1);
+// the last at in - k). A window's value and flat plane index are CPU's scan:
+// the first maximum in row-major order, or the last NaN. The samples drive
+// W, H for 2-d (samples[..., 0] the width's) and T, H, W for 3-d.
+std::vector<Value> lower_fractional_max_pool(Context& c, int64_t nsp) {
+  const TensorInfo& in = c.args.info(0);
+  const std::string name = "fractional_max_pool" + std::to_string(nsp) + "d()";
+  TORCH_CHECK(in.dim() == nsp + 1 || in.dim() == nsp + 2, name, ": expected ", nsp + 1, "D or ", nsp + 2,
+              "D tensor for input, but got: ", dims_string(in.sizes));
+  const Dims ks = c.args.ints(1), os = c.args.ints(2);
+  TORCH_CHECK(static_cast<int64_t>(ks.size()) == nsp && static_cast<int64_t>(os.size()) == nsp, name,
+              ": kernel_size and output_size must have ", nsp, " elements");
+  const int64_t lead = in.dim() - nsp;
+  for (int64_t d = 0; d < nsp; ++d) {
+    TORCH_CHECK(ks[d] > 0 && os[d] >= 0, name, ": kernel_size must be positive and output_size not negative");
+    // (CPU's 3-d kernel refuses a window reaching the input's last element too)
+    TORCH_CHECK(nsp == 3 ? os[d] + ks[d] - 1 < in.sizes[lead + d] : os[d] + ks[d] - 1 <= in.sizes[lead + d], name,
+                ": pool size ", ks[d],
+                " too large relative to input size ", in.sizes[lead + d], " for output size ", os[d]);
+  }
+  Builder& b = c.b;
+  const DType dt = to_hlo(in.dtype), ct = to_hlo(opmath_type(in.dtype));
+  const int64_t N = lead == 2 ? in.sizes[0] : 1, C = in.sizes[lead - 1];
+  Dims sp(in.sizes.begin() + lead, in.sizes.end());
+  Dims xs{N, C};
+  xs.insert(xs.end(), sp.begin(), sp.end());
+  Value x = b.reshape(c.args.tensor(0), xs);
+  // Window starts per plane and spatial dim, [N, C, O_d], as CPU rounds them.
+  Value samples = b.convert(b.reshape(c.args.tensor(3), {N, C, nsp}), ct);
+  auto rnd = [&](Value v) { return b.convert(b.convert(v, dt), ct); };  // (each step in the input's dtype)
+  std::vector<Value> starts(nsp);
+  for (int64_t d = 0; d < nsp; ++d) {
+    const int64_t which = nsp == 2 ? 1 - d : d;
+    const int64_t o = os[d], in_d = sp[d], k = ks[d];
+    const Dims od{N, C, o};
+    Value u = b.broadcast_in_dim(b.reshape(b.slice(samples, {0, 0, which}, {N, C, which + 1}), {N, C}), od, {0, 1});
+    Value last = b.full_int(in_d - k, DType::I64, od);
+    if (o <= 1) {
+      starts[d] = last;
+      continue;
+    }
+    Value alpha = rnd(b.div(rnd(b.full(static_cast<double>(in_d - k), ct, od)), rnd(b.full(static_cast<double>(o - 1), ct, od))));
+    Value i = b.convert(b.iota(Type{DType::I64, od}, 2), ct);
+    Value first = b.convert(rnd(b.mul(rnd(b.add(i, u)), alpha)), DType::I64);
+    Value base = b.convert(rnd(b.mul(u, alpha)), DType::I64);
+    starts[d] = b.select(b.compare(Cmp::EQ, b.iota(Type{DType::I64, od}, 2), b.full_int(o - 1, DType::I64, od)), last,
+                         b.sub(first, base));
+  }
+  // Every window element: [N, C, O..., K...] coordinates and flat indices.
+  Dims full{N, C};
+  full.insert(full.end(), os.begin(), os.end());
+  full.insert(full.end(), ks.begin(), ks.end());
+  const Type it{DType::I64, full};
+  Dims with_one = full;
+  with_one.push_back(1);
+  std::vector<Value> coords{b.reshape(b.iota(it, 0), with_one), b.reshape(b.iota(it, 1), with_one)};
+  Value flat = b.zeros(it);
+  int64_t stride = 1;
+  std::vector<Value> pos(nsp);
+  for (int64_t d = nsp - 1; d >= 0; --d) {
+    pos[d] = b.add(b.broadcast_in_dim(starts[d], full, {0, 1, 2 + d}), b.iota(it, 2 + nsp + d));
+    flat = b.add(flat, b.mul(pos[d], b.full_int(stride, DType::I64, full)));
+    stride *= sp[d];
+  }
+  for (int64_t d = 0; d < nsp; ++d) coords.push_back(b.reshape(pos[d], with_one));
+  Value vals = gather_points(b, x, b.concatenate(coords, static_cast<int64_t>(full.size())));
+  Dims kdims;
+  for (int64_t d = 0; d < nsp; ++d) kdims.push_back(2 + nsp + d);
+  auto r = b.reduce({vals, flat}, {b.constant(std::nan(""), dt), b.constant_int(-1, DType::I64)}, kdims,
+                    [](Builder& rb, const std::vector<Value>& a) {
+    // (a: the accumulated pair, the window's other pair; the scan keeps the
+    // last NaN and otherwise the first maximum, whatever order XLA combines in)
+    Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+    Value anan = rb.compare(Cmp::NE, av, av), bnan = rb.compare(Cmp::NE, bv, bv);
+    Value zero = rb.zeros(rb.type(ai));
+    Value a_none = rb.compare(Cmp::LT, ai, zero), b_none = rb.compare(Cmp::LT, bi, zero);
+    Value a_later = rb.compare(Cmp::GT, ai, bi);
+    Value pick_a = rb.select(
+        b_none, rb.constant_bool(true),
+        rb.select(a_none, rb.constant_bool(false),
+                  rb.select(rb.and_(anan, bnan), a_later,
+                            rb.select(anan, rb.constant_bool(true),
+                                      rb.select(bnan, rb.constant_bool(false),
+                                                rb.or_(rb.compare(Cmp::GT, av, bv),
+                                                       rb.and_(rb.compare(Cmp::EQ, av, bv), rb.not_(a_later))))))));
+    return std::vector<Value>{rb.select(pick_a, av, bv), rb.select(pick_a, ai, bi)};
+  });
+  Dims out_sizes(in.sizes.begin(), in.sizes.begin() + lead);
+  out_sizes.insert(out_sizes.end(), os.begin(), os.end());
+  return {b.reshape(r[0], out_sizes), b.reshape(r[1], out_sizes)};
+}
+
 std::vector<Value> lower_max_pool_backward(Context& c, int64_t nsp, size_t indices_arg) {
   // (grad_output, self, ..., indices)
   const TensorInfo& in = c.args.info(1);
@@ -1221,6 +1316,10 @@ TPU_LOWERINGS(nn) {
   reg("aten::_weight_norm_interface_backward", lower_weight_norm_interface_backward);
   reg("aten::native_layer_norm_backward", lower_layer_norm_backward);
   reg("aten::native_group_norm", lower_group_norm);
+  reg("aten::fractional_max_pool2d", [](Context& c) { return lower_fractional_max_pool(c, 2); });
+  reg("aten::fractional_max_pool3d", [](Context& c) { return lower_fractional_max_pool(c, 3); });
+  reg("aten::fractional_max_pool2d_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 4); });
+  reg("aten::fractional_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 4); });
   reg("aten::batch_norm_stats", lower_batch_norm_stats);
   reg("aten::batch_norm_gather_stats_with_counts", lower_batch_norm_gather_stats_with_counts);
   reg("aten::batch_norm_elemt", lower_batch_norm_elemt);

@@ -335,3 +335,27 @@ def test_sync_batch_norm_pieces_equal_batch_norm():
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
     assert torch.batch_norm_backward_reduce(t(g), t(x), m, inv, None, False, False, True)[:3] == (None, None, None)
     assert torch.batch_norm_stats(t(x).half(), 1e-5)[0].dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_fractional_max_pool_windows_values_and_indices_are_cpus(dtype):
+    """fractional_max_pool2d/3d with given random samples: CPU's windows
+    (their starts rounded in the input's dtype), values and flat indices
+    (the first maximum, the last NaN), batched and not; gradients."""
+    g = torch.Generator().manual_seed(0)
+    for shape, k, o in (((2, 3, 9, 11), (2, 2), (4, 5)), ((3, 7, 7), (3, 2), (5, 6)), ((1, 2, 10, 10), (3, 3), (1, 1)),
+                        ((2, 2, 6, 6), (2, 3), (5, 4)), ((2, 2, 5, 6, 7), (2, 2, 2), (3, 4, 5)),
+                        ((2, 6, 5, 6), (2, 3, 2), (3, 2, 4))):
+        nsp = len(k)
+        x = torch.randn(shape, generator=g).to(dtype)
+        x.view(-1)[::7] = float("nan")
+        x.view(-1)[::5] = x.view(-1)[3]  # ties
+        n = shape[0] if len(shape) == nsp + 2 else 1
+        s = torch.rand(n, shape[-nsp - 1], nsp, generator=g).to(dtype)
+        op = torch.ops.aten.fractional_max_pool2d if nsp == 2 else torch.ops.aten.fractional_max_pool3d
+        want, got = op(x, list(k), list(o), s), op(x.to("tpu"), list(k), list(o), s.to("tpu"))
+        assert torch.equal(got[1].cpu(), want[1])
+        torch.testing.assert_close(got[0].cpu(), want[0], equal_nan=True, rtol=0, atol=0)
+        if dtype == torch.float32:
+            pool = F.fractional_max_pool2d if nsp == 2 else F.fractional_max_pool3d
+            check(lambda t: pool(t, k, output_size=o, _random_samples=s.to(t.device)), x.nan_to_num(0))
