@@ -1310,21 +1310,17 @@ TPU_LOWERINGS(nn) {
   // (grad_output, self, indices)
   reg("aten::adaptive_max_pool2d_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 2); });
   reg("aten::adaptive_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 2); });
+  // (grad_output, self, kernel_size, output_size, indices)
+  reg("aten::fractional_max_pool2d", [](Context& c) { return lower_fractional_max_pool(c, 2); });
+  reg("aten::fractional_max_pool3d", [](Context& c) { return lower_fractional_max_pool(c, 3); });
+  reg("aten::fractional_max_pool2d_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 4); });
+  reg("aten::fractional_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 4); });
 
   reg("aten::native_layer_norm", lower_layer_norm);
   reg("aten::_weight_norm_interface", lower_weight_norm_interface);
   reg("aten::_weight_norm_interface_backward", lower_weight_norm_interface_backward);
   reg("aten::native_layer_norm_backward", lower_layer_norm_backward);
   reg("aten::native_group_norm", lower_group_norm);
-  reg("aten::fractional_max_pool2d", [](Context& c) { return lower_fractional_max_pool(c, 2); });
-  reg("aten::fractional_max_pool3d", [](Context& c) { return lower_fractional_max_pool(c, 3); });
-  reg("aten::fractional_max_pool2d_backward", [](Context& c) { return lower_max_pool_backward(c, 2, 4); });
-  reg("aten::fractional_max_pool3d_backward", [](Context& c) { return lower_max_pool_backward(c, 3, 4); });
-  reg("aten::batch_norm_stats", lower_batch_norm_stats);
-  reg("aten::batch_norm_gather_stats_with_counts", lower_batch_norm_gather_stats_with_counts);
-  reg("aten::batch_norm_elemt", lower_batch_norm_elemt);
-  reg("aten::batch_norm_backward_reduce", lower_batch_norm_backward_reduce);
-  reg("aten::batch_norm_backward_elemt", lower_batch_norm_backward_elemt);
   reg("aten::native_group_norm_backward", lower_group_norm_backward);
   reg("aten::native_batch_norm", [](Context& c) {
     return batch_norm(c, 1, 2, 3, 4, c.args.bool_(5), c.args.double_(6), c.args.double_(7));
@@ -1351,6 +1347,12 @@ TPU_LOWERINGS(nn) {
     return r;
   });
   reg("aten::native_batch_norm_backward", lower_batch_norm_backward);
+  // SyncBatchNorm's pieces
+  reg("aten::batch_norm_stats", lower_batch_norm_stats);
+  reg("aten::batch_norm_gather_stats_with_counts", lower_batch_norm_gather_stats_with_counts);
+  reg("aten::batch_norm_elemt", lower_batch_norm_elemt);
+  reg("aten::batch_norm_backward_reduce", lower_batch_norm_backward_reduce);
+  reg("aten::batch_norm_backward_elemt", lower_batch_norm_backward_elemt);
   reg("aten::batch_norm_backward", lower_batch_norm_backward);
 
   reg("aten::nll_loss_forward", lower_nll_loss);
