@@ -51,11 +51,7 @@ Promoted promote2(Context& c, size_t i, size_t j, bool opmath, bool exact_right)
 Dims reduce_dims(Context& c, size_t dim_arg, int64_t rank) {
   std::vector<int64_t> dims;
   if (c.args.has(dim_arg)) dims = c.args.ints(dim_arg);
-  if (dims.empty()) {
-    Dims all(rank);
-    for (int64_t i = 0; i < rank; ++i) all[i] = i;
-    return all;
-  }
+  if (dims.empty()) return range(0, rank);
   Dims w = wrap_dims(dims, rank);
   if (rank == 0) return {};
   std::sort(w.begin(), w.end());
@@ -157,6 +153,34 @@ Value scan(Builder& b, Value x, int64_t dim, const std::function<Value(Value, Va
 }
 
 // Slices x[..., idx[j], ...] along d.
+Dims range(int64_t from, int64_t to) {
+  Dims d;
+  for (int64_t i = from; i < to; ++i) d.push_back(i);
+  return d;
+}
+
+Value any_of(Builder& b, Value p) { return b.reduce(p, b.constant_bool(false), range(0, b.rank(p)), "stablehlo.or"); }
+
+std::vector<Value> rounds_until_done(Builder& b, const std::vector<Value>& init, size_t done, int64_t cap,
+                                     const RoundBody& body) {
+  std::vector<Value> carried{b.constant_int(0, DType::I64)};
+  carried.insert(carried.end(), init.begin(), init.end());
+  auto out = b.while_loop(
+      carried,
+      [&](Builder& rb, const std::vector<Value>& v) {
+        return std::vector<Value>{rb.and_(any_of(rb, rb.not_(v[1 + done])),
+                                          rb.compare(hlo::Cmp::LT, v[0], rb.constant_int(cap, DType::I64)))};
+      },
+      [&](Builder& rb, const std::vector<Value>& v) {
+        Value n = rb.add(v[0], rb.constant_int(1, DType::I64));
+        std::vector<Value> next{n};
+        std::vector<Value> rest = body(rb, n, std::vector<Value>(v.begin() + 1, v.end()));
+        next.insert(next.end(), rest.begin(), rest.end());
+        return next;
+      });
+  return std::vector<Value>(out.begin() + 1, out.end());
+}
+
 Value gather_points(Builder& b, Value x, Value coords) {
   const int64_t rank = b.rank(x);
   Dims out = b.dims(coords);

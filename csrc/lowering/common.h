@@ -65,6 +65,21 @@ Value keep_dims(Builder& b, Value reduced, const Dims& in_sizes, const Dims& dim
 // Numbers of elements along `dims`.
 int64_t count_over(const Dims& sizes, const Dims& dims);
 
+// The dims from, from + 1, ..., to - 1.
+Dims range(int64_t from, int64_t to);
+// Whether any element of the pred `p` holds (a rank-0 pred).
+Value any_of(Builder& b, Value p);
+
+// Per-element iterations as one loop (samplers' rejection rounds, series
+// summed until each element's terms are negligible): `body` maps the round
+// number n (1, 2, ...: a rank-0 i64) and the carried values to their next
+// values; carried[done] is a pred of the elements' shape, and rounds run
+// while any element's is false, at most `cap` of them. Returns the carried
+// values.
+using RoundBody = std::function<std::vector<Value>(Builder&, Value n, const std::vector<Value>&)>;
+std::vector<Value> rounds_until_done(Builder& b, const std::vector<Value>& init, size_t done, int64_t cap,
+                                     const RoundBody& body);
+
 // x converted to `t`, broadcast to `dims` (a rank-0 or same-rank value).
 Value splat(Builder& b, Value x, const Dims& dims);
 

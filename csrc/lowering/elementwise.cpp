@@ -463,13 +463,10 @@ std::vector<Value> lower_gcd(Context& c, bool lcm) {
   const Dims shape = p.shape;
   const bool is_signed = !hlo::is_unsigned_int(dt);
   auto absolute = [&](Builder& rb, Value x) { return is_signed ? rb.abs(x) : x; };
-  Dims all(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) all[d] = static_cast<int64_t>(d);
   auto out = b.while_loop(
       {absolute(b, p.a), absolute(b, p.b)},
       [&](Builder& rb, const std::vector<Value>& v) {
-        Value live = rb.compare(Cmp::NE, v[0], rb.full_int(0, dt, shape));
-        return std::vector<Value>{rb.reduce(live, rb.constant_bool(false), all, "stablehlo.or")};
+        return std::vector<Value>{any_of(rb, rb.compare(Cmp::NE, v[0], rb.full_int(0, dt, shape)))};
       },
       [&](Builder& rb, const std::vector<Value>& v) {
         Value zero = rb.full_int(0, dt, shape);

@@ -339,9 +339,7 @@ std::vector<Value> amp_unscale(Context& c) {
     TORCH_CHECK(is_floating(infos[k].dtype), "_amp_foreach_non_finite_check_and_unscale_: expected floating-point "
                 "gradients, got ", infos[k].dtype);
     Value g = b.convert(grads[k], DType::F32);
-    Dims all(infos[k].sizes.size());
-    for (size_t d = 0; d < all.size(); ++d) all[d] = static_cast<int64_t>(d);
-    bad = b.or_(bad, b.reduce(b.not_(b.is_finite(g)), b.constant_bool(false), all, "stablehlo.or"));
+    bad = b.or_(bad, any_of(b, b.not_(b.is_finite(g))));
     scaled.push_back(b.mul(g, b.broadcast_in_dim(inv, infos[k].sizes, {})));
   }
   c.args.assign_list(0, scaled);

@@ -32,19 +32,14 @@ Value full_coordinates(Builder& b, Value index, int64_t dim, int64_t rank) {
   return b.concatenate(parts, static_cast<int64_t>(shape.size()));
 }
 
-Dims iota_dims(int64_t n) {
-  Dims d(n);
-  for (int64_t i = 0; i < n; ++i) d[i] = i;
-  return d;
-}
 
 
 // Element-wise scatter of `updates` (shape = coords without the last dim).
 Value scatter_points(Builder& b, Value x, Value coords, Value updates, const Builder::RegionBody& combiner) {
   const int64_t rank = b.rank(x);
   Builder::ScatterDims dn;
-  dn.inserted_window_dims = iota_dims(rank);
-  dn.scatter_dims_to_operand_dims = iota_dims(rank);
+  dn.inserted_window_dims = range(0, rank);
+  dn.scatter_dims_to_operand_dims = range(0, rank);
   dn.index_vector_dim = b.rank(updates);
   return b.scatter(x, coords, updates, dn, combiner);
 }

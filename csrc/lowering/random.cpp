@@ -360,7 +360,7 @@ std::vector<Value> lower_rrelu_with_noise_backward(Context& c) {
 }
 
 
-// ---- rejection samplers: gamma, Dirichlet, Poisson --------------------------
+// ---- rejection samplers: gamma, Dirichlet, Poisson, binomial -----------------
 //
 // CPU's samplers loop per element until a draw is accepted; here every
 // element draws each round and keeps its first accepted value, the rounds
@@ -371,45 +371,32 @@ std::vector<Value> lower_rrelu_with_noise_backward(Context& c) {
 
 constexpr int64_t kMaxRounds = 2000;
 
-struct Rounds {
-  // Per round: (the round's two open uniforms in ct, the values carried)
-  // -> the values carried next; carried[0] is the pred "accepted".
-  using Body = std::function<std::vector<Value>(Builder&, Value u1, Value u2, const std::vector<Value>& carried)>;
-};
+// (The round's two open uniforms in ct, the values carried) -> the values
+// carried next; carried[0] is the pred "accepted".
+using SamplerBody = std::function<std::vector<Value>(Builder&, Value u1, Value u2, const std::vector<Value>& carried)>;
 
 // Runs `body` until every element's carried[0] (accepted) holds or the cap;
 // returns the generator's state after the last round, then the carried
 // values.
 std::vector<Value> run_rounds(Context& c, size_t gen_arg, const Dims& shape, DType ct, std::vector<Value> init,
-                              const Rounds::Body& body) {
-  Builder& b = c.b;
+                              const SamplerBody& body) {
   const int64_t rank = static_cast<int64_t>(shape.size());
-  Dims all(rank);
-  for (int64_t d = 0; d < rank; ++d) all[d] = d;
   Dims two = shape;
   two.insert(two.begin(), 2);
-  std::vector<Value> carried{b.constant_int(0, DType::I64), c.args.rng_key(gen_arg)};
-  carried.insert(carried.end(), init.begin(), init.end());
-  auto out = b.while_loop(
-      carried,
-      [&](Builder& rb, const std::vector<Value>& v) {
-        Value waiting = rb.reduce(rb.not_(v[2]), rb.constant_bool(false), all, "stablehlo.or");
-        return std::vector<Value>{rb.and_(waiting, rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxRounds, DType::I64)))};
-      },
-      [&](Builder& rb, const std::vector<Value>& v) {
-        auto [state, bits] = rb.rng_bit_generator(v[1], Type{bits_type(ct), two}, hlo::RngAlgorithm::ThreeFry);
-        Dims lo(rank + 1, 0), hi = two;
-        hi[0] = 1;
-        Value u1 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
-        lo[0] = 1;
-        hi[0] = 2;
-        Value u2 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
-        std::vector<Value> next{rb.add(v[0], rb.constant_int(1, DType::I64)), state};
-        std::vector<Value> rest = body(rb, u1, u2, std::vector<Value>(v.begin() + 2, v.end()));
-        next.insert(next.end(), rest.begin(), rest.end());
-        return next;
-      });
-  return std::vector<Value>(out.begin() + 1, out.end());
+  init.insert(init.begin(), c.args.rng_key(gen_arg));
+  return rounds_until_done(c.b, init, 1, kMaxRounds, [&](Builder& rb, Value, const std::vector<Value>& v) {
+    auto [state, bits] = rb.rng_bit_generator(v[0], Type{bits_type(ct), two}, hlo::RngAlgorithm::ThreeFry);
+    Dims lo(rank + 1, 0), hi = two;
+    hi[0] = 1;
+    Value u1 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
+    lo[0] = 1;
+    hi[0] = 2;
+    Value u2 = rb.reshape(open_of_bits(rb, rb.slice(bits, lo, hi), ct), shape);
+    std::vector<Value> next{state};
+    std::vector<Value> rest = body(rb, u1, u2, std::vector<Value>(v.begin() + 1, v.end()));
+    next.insert(next.end(), rest.begin(), rest.end());
+    return next;
+  });
 }
 
 // Gamma(alpha, 1) samples in ct (Marsaglia and Tsang's method, alpha < 1
@@ -644,35 +631,28 @@ std::vector<Value> lower_standard_gamma_grad(Context& c) {
   Value r0 = b.div(xs, a);
   Value psi0 = b.unary("chlo.digamma", b.add(a, kk(b, 1)));
   Value s0 = b.mul(r0, b.sub(lx, psi0));
-  Dims all(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) all[d] = static_cast<int64_t>(d);
   constexpr int64_t kMaxTerms = 20000;
-  // carried: n, r, psi, sum, done
-  auto out = b.while_loop(
-      {b.constant_int(0, DType::I64), r0, psi0, s0, b.full_int(0, DType::Pred, shape)},
-      [&](Builder& rb, const std::vector<Value>& v) {
-        Value waiting = rb.reduce(rb.not_(v[4]), rb.constant_bool(false), all, "stablehlo.or");
-        return std::vector<Value>{rb.and_(waiting, rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxTerms, DType::I64)))};
-      },
-      [&](Builder& rb, const std::vector<Value>& v) {
-        Value n = rb.add(v[0], rb.constant_int(1, DType::I64));
+  // carried: r, psi, sum, done
+  auto out = rounds_until_done(
+      b, {r0, psi0, s0, b.full_int(0, DType::Pred, shape)}, 3, kMaxTerms,
+      [&](Builder& rb, Value n, const std::vector<Value>& v) {
         Value an = rb.add(a, rb.broadcast_in_dim(rb.convert(n, ct), shape, {}));
         Value ratio = rb.div(xs, an);
-        Value r = rb.mul(v[1], ratio);
-        Value psi = rb.add(v[2], rb.div(kk(rb, 1), an));
+        Value r = rb.mul(v[0], ratio);
+        Value psi = rb.add(v[1], rb.div(kk(rb, 1), an));
         Value t = rb.mul(r, rb.sub(lx, psi));
-        Value sum = rb.select(v[4], v[3], rb.add(v[3], t));
+        Value sum = rb.select(v[3], v[2], rb.add(v[2], t));
         Value small = rb.compare(Cmp::LE, rb.abs(t), rb.mul(kk(rb, 1e-17), rb.abs(sum)));
         Value converged = rb.or_(rb.and_(small, rb.compare(Cmp::LT, ratio, kk(rb, 1))),
                                  rb.compare(Cmp::EQ, r, kk(rb, 0)));
-        return std::vector<Value>{n, rb.select(v[4], v[1], r), rb.select(v[4], v[2], psi), sum,
-                                  rb.or_(v[4], rb.or_(converged, rb.compare(Cmp::NE, t, t)))};
+        return std::vector<Value>{rb.select(v[3], v[0], r), rb.select(v[3], v[1], psi), sum,
+                                  rb.or_(v[3], rb.or_(converged, rb.compare(Cmp::NE, t, t)))};
       });
-  Value g = b.neg(out[3]);
+  Value g = b.neg(out[2]);
   // (Past the terms' cap, alpha is beyond 1e7: the sample's first-order
   // dependence on alpha at a fixed normal quantile.)
   Value far = b.div(b.add(xs, a), b.mul(kk(b, 2), a));
-  g = b.select(out[4], g, far);
+  g = b.select(out[3], g, far);
   g = b.select(pos, g, kk(b, 0));
   g = b.select(b.compare(Cmp::GT, a, kk(b, 0)), g, kk(b, std::nan("")));
   return one(b.convert(g, dt));
@@ -701,36 +681,29 @@ std::vector<Value> lower_dirichlet_grad(Context& c) {
   Value p = b.select(swap, bb, a), q = b.select(swap, a, bb);
   Value z = b.select(swap, b.sub(kk(b, 1), x), x);
   Value pq = b.add(p, q);
-  Dims all(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) all[d] = static_cast<int64_t>(d);
   constexpr int64_t kMaxTerms = 100000;
   Value zero = kk(b, 0), one_ = kk(b, 1);
-  // carried: n, t, D_n, E_n, S, T_d, T_e, done
-  auto out = b.while_loop(
-      {b.constant_int(0, DType::I64), one_, zero, zero, one_, zero, zero, b.full_int(0, DType::Pred, shape)},
-      [&](Builder& rb, const std::vector<Value>& v) {
-        Value waiting = rb.reduce(rb.not_(v[7]), rb.constant_bool(false), all, "stablehlo.or");
-        return std::vector<Value>{rb.and_(waiting, rb.compare(Cmp::LT, v[0], rb.constant_int(kMaxTerms, DType::I64)))};
-      },
-      [&](Builder& rb, const std::vector<Value>& v) {
-        Value n = rb.add(v[0], rb.constant_int(1, DType::I64));
+  // carried: t, D_n, E_n, S, T_d, T_e, done
+  auto out = rounds_until_done(
+      b, {one_, zero, zero, one_, zero, zero, b.full_int(0, DType::Pred, shape)}, 6, kMaxTerms,
+      [&](Builder& rb, Value n, const std::vector<Value>& v) {
         Value nf = rb.broadcast_in_dim(rb.convert(n, ct), shape, {});
         Value pqn1 = rb.add(pq, rb.sub(nf, kk(rb, 1)));  // p + q + n - 1
         Value pn = rb.add(p, nf);
         Value inv_pqn1 = rb.div(kk(rb, 1), pqn1);
-        Value dn = rb.add(v[2], rb.sub(inv_pqn1, rb.div(kk(rb, 1), pn)));
-        Value en = rb.add(v[3], inv_pqn1);
-        Value t = rb.div(rb.mul(rb.mul(v[1], z), pqn1), pn);
-        Value done = v[7];
-        Value sum = rb.add(v[4], t);
+        Value dn = rb.add(v[1], rb.sub(inv_pqn1, rb.div(kk(rb, 1), pn)));
+        Value en = rb.add(v[2], inv_pqn1);
+        Value t = rb.div(rb.mul(rb.mul(v[0], z), pqn1), pn);
+        Value done = v[6];
+        Value sum = rb.add(v[3], t);
         Value small = rb.compare(Cmp::LE, t, rb.mul(kk(rb, 1e-17), sum));
         Value shrinking = rb.compare(Cmp::LT, rb.div(rb.mul(z, rb.add(pq, nf)), rb.add(pn, kk(rb, 1))), kk(rb, 1));
         auto keep = [&](Value old, Value fresh) { return rb.select(done, old, fresh); };
-        return std::vector<Value>{n, keep(v[1], t), keep(v[2], dn), keep(v[3], en), keep(v[4], sum),
-                                  keep(v[5], rb.add(v[5], rb.mul(t, dn))), keep(v[6], rb.add(v[6], rb.mul(t, en))),
+        return std::vector<Value>{keep(v[0], t), keep(v[1], dn), keep(v[2], en), keep(v[3], sum),
+                                  keep(v[4], rb.add(v[4], rb.mul(t, dn))), keep(v[5], rb.add(v[5], rb.mul(t, en))),
                                   rb.or_(done, rb.or_(rb.and_(small, shrinking), rb.compare(Cmp::NE, t, t)))};
       });
-  Value S = out[4], Td = out[5], Te = out[6];
+  Value S = out[3], Td = out[4], Te = out[5];
   auto digamma = [&](Value v) { return b.unary("chlo.digamma", v); };
   auto log = [&](Value v) { return b.unary("stablehlo.log", v); };
   Value psi_pq = digamma(pq);
@@ -740,7 +713,7 @@ std::vector<Value> lower_dirichlet_grad(Context& c) {
   Value swapped = b.mul(b.div(b.sub(one_, z), p),
                         b.add(b.mul(S, b.add(b.sub(b.unary("stablehlo.log_plus_one", b.neg(z)), digamma(q)), psi_pq)), Te));
   Value g = b.select(swap, swapped, direct);
-  g = b.select(out[7], g, kk(b, std::nan("")));
+  g = b.select(out[6], g, kk(b, std::nan("")));
   return one(b.convert(g, dt));
 }
 }  // namespace
