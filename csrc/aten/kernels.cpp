@@ -43,6 +43,8 @@ struct Entry {
   // even fully (CPU's ops that gather, scatter or concatenate call
   // assert_no_overlap; elementwise ops only refuse partial overlap).
   bool refuses_full_overlap = false;
+  // Advanced indexing: index tensors may be on the CPU (move_cpu_indices).
+  bool takes_cpu_indices = false;
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -747,11 +749,15 @@ class LoweredKernel final : public c10::OperatorKernel {
 // device (PyTorch's AdvancedIndex moves them to self's device): x[cpu_idx],
 // x[cpu_mask] and x[cpu_idx] = v, as on CUDA. Only these ops: others want
 // their tensors on one device.
-void move_cpu_indices(const Entry& e, std::vector<c10::IValue>& args, int device) {
+bool takes_cpu_indices(const std::string& functional) {
   static const std::unordered_set<std::string> ops = {"aten::index.Tensor", "aten::_unsafe_index.Tensor",
                                                       "aten::index_put", "aten::_index_put_impl",
                                                       "aten::_unsafe_index_put"};
-  if (args.size() < 2 || !args[1].isList() || ops.count(e.functional) == 0) return;
+  return ops.count(functional) != 0;
+}
+
+void move_cpu_indices(const Entry& e, std::vector<c10::IValue>& args, int device) {
+  if (!e.takes_cpu_indices || args.size() < 2 || !args[1].isList()) return;
   bool any = false;
   for (const c10::IValue& v : args[1].toListRef()) {
     any = any || (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu());
@@ -895,6 +901,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.functional = functional;
   e.num_functional_args = fhandle->schema().arguments().size();
   e.refuses_full_overlap = refuses_full_overlap(functional);
+  e.takes_cpu_indices = takes_cpu_indices(functional);
   if (kind == VariantKind::Out) {
     // Out arguments come last; the others are the functional op's.
     const auto& arguments = handle->schema().arguments();
