@@ -246,7 +246,15 @@ std::vector<Value> lower_fractional_max_pool(Context& c, int64_t nsp) {
   xs.insert(xs.end(), sp.begin(), sp.end());
   Value x = b.reshape(c.args.tensor(0), xs);
   // Window starts per plane and spatial dim, [N, C, O_d], as CPU rounds them.
-  Value samples = b.convert(b.reshape(c.args.tensor(3), {N, C, nsp}), ct);
+  // (CPU reads the first N rows of the samples: an unbatched input takes row 0)
+  const Dims& rs = c.args.info(3).sizes;
+  TORCH_CHECK(rs.size() == 3 && rs[2] == nsp, name, ": expected _random_samples of shape [N, C, ", nsp,
+              "], but got ", dims_string(rs));
+  TORCH_CHECK(rs[1] == C, name, ": expected _random_samples.size(1) to equal the input's channels (", C,
+              "), but got ", dims_string(rs));
+  TORCH_CHECK(rs[0] >= N, name, ": expected _random_samples.size(0) to be at least the input's batch size (", N,
+              "), but got ", dims_string(rs));
+  Value samples = b.convert(b.slice_dim(c.args.tensor(3), 0, 0, N), ct);
   auto rnd = [&](Value v) { return b.convert(b.convert(v, dt), ct); };  // (each step in the input's dtype)
   std::vector<Value> starts(nsp);
   for (int64_t d = 0; d < nsp; ++d) {

@@ -137,6 +137,12 @@ def test_losses(reduction):
     p = torch.rand(6, 5) * 0.9 + 0.05
     check(lambda p, y: F.binary_cross_entropy(p, y.sigmoid(), reduction=reduction), p, y)
     check(lambda x, y: F.binary_cross_entropy_with_logits(x, y.sigmoid(), reduction=reduction), x, y)
+    # multilabel margin of one unbatched row: CPU's loss is 0-d even with
+    # reduction='none' (PyTorch's meta kernel says [1])
+    labels = torch.tensor([[3, 0, -1, 1, 2], [4, 4, 1, -1, 0], [0, 1, 2, 3, 4], [2, -1, 0, 0, 0], [1, 2, 3, 0, -1],
+                           [-1, 0, 1, 2, 3]])
+    check(lambda x: F.multilabel_margin_loss(x, labels.to(x.device), reduction=reduction), x)
+    check(lambda x: F.multilabel_margin_loss(x, labels[0].to(x.device), reduction=reduction), x[0])
     img = torch.randn(2, 4, 3, 3)
     tgt = torch.randint(0, 4, (2, 3, 3))
     check(lambda x: F.cross_entropy(x, tgt.to(x.device), reduction=reduction), img)
@@ -351,7 +357,8 @@ def test_fractional_max_pool_windows_values_and_indices_are_cpus(dtype):
         x.view(-1)[::7] = float("nan")
         x.view(-1)[::5] = x.view(-1)[3]  # ties
         n = shape[0] if len(shape) == nsp + 2 else 1
-        s = torch.rand(n, shape[-nsp - 1], nsp, generator=g).to(dtype)
+        # (CPU reads the samples' first n rows; more are allowed)
+        s = torch.rand(n + len(shape) % 2, shape[-nsp - 1], nsp, generator=g).to(dtype)
         op = torch.ops.aten.fractional_max_pool2d if nsp == 2 else torch.ops.aten.fractional_max_pool3d
         want, got = op(x, list(k), list(o), s), op(x.to("tpu"), list(k), list(o), s.to("tpu"))
         assert torch.equal(got[1].cpu(), want[1])
