@@ -50,6 +50,10 @@ _TORCH_TO_JAX = {
     torch.uint8: "uint8",
     torch.bool: "bool",
     torch.complex64: "complex64",
+    torch.float8_e4m3fn: "float8_e4m3fn",
+    torch.float8_e5m2: "float8_e5m2",
+    torch.float8_e4m3fnuz: "float8_e4m3fnuz",
+    torch.float8_e5m2fnuz: "float8_e5m2fnuz",
 }
 _JAX_TO_TORCH = {v: k for k, v in _TORCH_TO_JAX.items()}
 
@@ -151,6 +155,7 @@ def _dtype_index(dtype: torch.dtype) -> int:
     return {
         torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
         torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.bool: 11, torch.bfloat16: 15,
+        torch.float8_e5m2: 23, torch.float8_e4m3fn: 24, torch.float8_e5m2fnuz: 25, torch.float8_e4m3fnuz: 26,
     }[dtype]
 
 

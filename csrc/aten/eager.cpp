@@ -4,6 +4,10 @@
 
 #include <ATen/native/Resize.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e4m3fnuz.h>
+#include <c10/util/Float8_e5m2.h>
+#include <c10/util/Float8_e5m2fnuz.h>
 #include <c10/util/Half.h>
 
 #include <cstdio>
@@ -87,6 +91,11 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
     case DType::F32: put(static_cast<float>(s.toDouble())); break;
     case DType::F16: put(c10::Half(static_cast<float>(s.toDouble())).x); break;
     case DType::BF16: put(c10::BFloat16(static_cast<float>(s.toDouble())).x); break;
+    // (checked as CPU's kernels check a scalar: one out of range is an error)
+    case DType::F8E4M3FN: put(s.to<c10::Float8_e4m3fn>().x); break;
+    case DType::F8E5M2: put(s.to<c10::Float8_e5m2>().x); break;
+    case DType::F8E4M3FNUZ: put(s.to<c10::Float8_e4m3fnuz>().x); break;
+    case DType::F8E5M2FNUZ: put(s.to<c10::Float8_e5m2fnuz>().x); break;
     case DType::C64: {
       const c10::complex<double> z = s.toComplexDouble();
       const float parts[2] = {static_cast<float>(z.real()), static_cast<float>(z.imag())};

@@ -330,10 +330,12 @@ std::optional<std::vector<at::Tensor>> run_on_meta(const c10::OperatorHandle& op
 }
 
 // PyTorch's meta kernels of the fused RNN cells read the optional biases
-// unconditionally (an AttributeError for an LSTM without bias); these
-// lowerings check their shapes themselves.
+// unconditionally (an AttributeError for an LSTM without bias), and
+// _scaled_mm's asks for CUDA's multiples of 16 that CPU does not; these
+// lowerings check their arguments themselves.
 bool meta_is_broken(const Entry& e) {
-  return e.functional == "aten::_thnn_fused_lstm_cell" || e.functional == "aten::_thnn_fused_gru_cell";
+  return e.functional == "aten::_thnn_fused_lstm_cell" || e.functional == "aten::_thnn_fused_gru_cell" ||
+         e.functional == "aten::_scaled_mm";
 }
 
 

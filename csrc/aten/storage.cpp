@@ -320,7 +320,8 @@ bool is_supported_dtype(at::ScalarType t) {
     case at::kBool: case at::kByte: case at::kChar: case at::kShort: case at::kInt:
     case at::kLong: case at::kUInt16: case at::kUInt32: case at::kUInt64: case at::kHalf:
     case at::kBFloat16: case at::kFloat: case at::kDouble: case at::kComplexFloat:
-    case at::kComplexDouble:
+    case at::kComplexDouble: case at::kFloat8_e4m3fn: case at::kFloat8_e5m2: case at::kFloat8_e4m3fnuz:
+    case at::kFloat8_e5m2fnuz:
       return true;
     default:
       return false;

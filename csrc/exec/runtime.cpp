@@ -38,6 +38,10 @@ pjrt::c::PJRT_Buffer_Type to_pjrt(hlo::DType t) {
     case hlo::DType::F64: return PJRT_Buffer_Type_F64;
     case hlo::DType::C64: return PJRT_Buffer_Type_C64;
     case hlo::DType::C128: return PJRT_Buffer_Type_C128;
+    case hlo::DType::F8E4M3FN: return PJRT_Buffer_Type_F8E4M3FN;
+    case hlo::DType::F8E5M2: return PJRT_Buffer_Type_F8E5M2;
+    case hlo::DType::F8E4M3FNUZ: return PJRT_Buffer_Type_F8E4M3FNUZ;
+    case hlo::DType::F8E5M2FNUZ: return PJRT_Buffer_Type_F8E5M2FNUZ;
   }
   return PJRT_Buffer_Type_INVALID;
 }

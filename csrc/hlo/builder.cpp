@@ -266,7 +266,7 @@ Value Builder::constant(double value, DType dtype) {
     const DType rt = real_type(dtype);
     return emit1("stablehlo.complex", {constant(value, rt), constant(0, rt)}, Type{dtype, {}});
   }
-  if (dtype == DType::F16 || dtype == DType::BF16) {
+  if (dtype == DType::F16 || dtype == DType::BF16 || is_float8(dtype)) {
     return convert(constant(value, DType::F32), dtype);
   }
   if (is_int(dtype)) return constant_int(static_cast<int64_t>(value), dtype);
@@ -349,7 +349,7 @@ Value Builder::constant_i64s(const std::vector<int64_t>& values, const Dims& dim
 Value Builder::constant_floats(const std::vector<double>& values, const Dims& dims, DType dtype) {
   Type t{dtype, dims};
   check(static_cast<int64_t>(values.size()) == t.numel(), "constant", "element count mismatch");
-  if (dtype == DType::F16 || dtype == DType::BF16) {
+  if (dtype == DType::F16 || dtype == DType::BF16 || is_float8(dtype)) {
     return convert(constant_floats(values, dims, DType::F32), dtype);
   }
   check(dtype == DType::F32 || dtype == DType::F64, "constant", "unsupported dtype");
@@ -384,6 +384,9 @@ Value Builder::lowest(DType dtype) {
     case DType::I32: return constant_int(INT32_MIN, dtype);
     case DType::I64: return constant_int(INT64_MIN, dtype);
     case DType::U8: case DType::U16: case DType::U32: case DType::U64: return constant_int(0, dtype);
+    case DType::F8E4M3FN: return constant(-448, dtype);  // (no infinities)
+    case DType::F8E4M3FNUZ: return constant(-240, dtype);
+    case DType::F8E5M2FNUZ: return constant(-57344, dtype);
     default: return constant(-INFINITY, dtype);
   }
 }
@@ -399,6 +402,9 @@ Value Builder::highest(DType dtype) {
     case DType::U16: return constant_int(UINT16_MAX, dtype);
     case DType::U32: return constant_int(UINT32_MAX, dtype);
     case DType::U64: return constant_int(-1, dtype);
+    case DType::F8E4M3FN: return constant(448, dtype);
+    case DType::F8E4M3FNUZ: return constant(240, dtype);
+    case DType::F8E5M2FNUZ: return constant(57344, dtype);
     default: return constant(INFINITY, dtype);
   }
 }
@@ -481,6 +487,20 @@ Value Builder::convert(Value x, DType to) {
   if (from == to) return x;
   // Complex to real keeps the real part (as PyTorch's casts do).
   if (is_complex(from) && !is_complex(to)) return convert(real(x), to);
+  // PyTorch's 8-bit floats convert through float: a double or an integer is
+  // rounded to float first, then to 8 bits (rounding twice, as CPU does), and
+  // an 8-bit float reaches integers and other types from its float value.
+  if (is_float8(to) && from != DType::F32) {
+    return convert(convert(x, DType::F32), to);
+  }
+  if (is_float8(from) && to != DType::F32 && to != DType::Pred) return convert(convert(x, DType::F32), to);
+  // PyTorch's casts to float8_e4m3fn saturate: beyond +-448 (infinities
+  // included) they give +-448; NaN stays NaN. (The other 8-bit types give
+  // an infinity, or NaN where they have none.)
+  if (to == DType::F8E4M3FN) {
+    Value hi = full(448, from, dims(x)), lo = full(-448, from, dims(x));
+    x = select(compare(Cmp::GT, x, hi), hi, select(compare(Cmp::LT, x, lo), lo, x));
+  }
   // Float to integers as the host's casts give them (x86): NaN and values
   // out of a signed 32/64-bit range become its lowest value, and narrow or
   // unsigned integers wrap from such a wide signed integer instead of

@@ -21,6 +21,10 @@ const char* mlir_name(DType t) {
     case DType::F64: return "f64";
     case DType::C64: return "complex<f32>";
     case DType::C128: return "complex<f64>";
+    case DType::F8E4M3FN: return "f8E4M3FN";
+    case DType::F8E5M2: return "f8E5M2";
+    case DType::F8E4M3FNUZ: return "f8E4M3FNUZ";
+    case DType::F8E5M2FNUZ: return "f8E5M2FNUZ";
   }
   return "?";
 }
@@ -29,6 +33,7 @@ int bit_width(DType t) {
   switch (t) {
     case DType::Pred: return 1;
     case DType::I8: case DType::U8: return 8;
+    case DType::F8E4M3FN: case DType::F8E5M2: case DType::F8E4M3FNUZ: case DType::F8E5M2FNUZ: return 8;
     case DType::I16: case DType::U16: case DType::F16: case DType::BF16: return 16;
     case DType::I32: case DType::U32: case DType::F32: return 32;
     case DType::I64: case DType::U64: case DType::F64: case DType::C64: return 64;
@@ -38,7 +43,10 @@ int bit_width(DType t) {
 }
 
 bool is_float(DType t) {
-  return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64;
+  return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64 || is_float8(t);
+}
+bool is_float8(DType t) {
+  return t == DType::F8E4M3FN || t == DType::F8E5M2 || t == DType::F8E4M3FNUZ || t == DType::F8E5M2FNUZ;
 }
 bool is_complex(DType t) { return t == DType::C64 || t == DType::C128; }
 bool is_signed_int(DType t) {

@@ -9,6 +9,9 @@ namespace tpu::hlo {
 
 enum class DType : uint8_t {
   Pred, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64, C64, C128,
+  // 8-bit floats: OCP's E4M3 (no infinities) and E5M2, and their FNUZ variants
+  // (no infinities, no negative zero, one NaN).
+  F8E4M3FN, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ,
 };
 
 // The MLIR spelling: i1, i8, ui8, bf16, f32, complex<f32>, ...
@@ -16,6 +19,7 @@ const char* mlir_name(DType t);
 int bit_width(DType t);
 inline int byte_width(DType t) { return t == DType::Pred ? 1 : bit_width(t) / 8; }
 bool is_float(DType t);
+bool is_float8(DType t);
 bool is_complex(DType t);
 bool is_signed_int(DType t);
 bool is_unsigned_int(DType t);

@@ -46,7 +46,7 @@ Value contract(Context& c, Value lhs, Value rhs, const Dims& batch, int64_t lc, 
                               : c.op == "aten::mv" || c.op == "aten::addmv" ? "addmv_impl_cpu"
                                                                             : "addmm_impl_cpu_",
                               "\" not implemented for 'Bool'");
-  const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+  const at::ScalarType acc = opmath_type(t);  // (half, bfloat16 and the 8-bit floats accumulate in float)
   const bool highest = c.precision() == MatmulPrecision::Highest || t == at::kDouble;
   if (std::optional<Value> r = contract_transposed_lhs(c.b, lhs, rhs, batch, lc, rc, to_hlo(acc), highest)) {
     return cast(c.b, *r, t);
@@ -82,6 +82,52 @@ std::vector<Value> lower_int_mm(Context& c) {
   TORCH_CHECK(a.dtype == at::kChar && m.dtype == at::kChar, "_int_mm: expected int8 self and mat2, got ", a.dtype,
               " and ", m.dtype);
   return one(c.b.dot_general(c.args.tensor(0), c.args.tensor(1), {}, {}, {1}, {0}, DType::I32));
+}
+
+// _scaled_mm(self, mat2, scale_a, scale_b, bias, scale_result, out_dtype,
+// use_fast_accum): 8-bit float matrices, each times its float32 scales (one
+// per tensor, or one per row of self and per column of mat2), multiplied and
+// accumulated in float32, plus bias; an 8-bit result is divided by
+// scale_result first. Accumulation is always full precision (use_fast_accum
+// is a CUDA speed hint).
+std::vector<Value> lower_scaled_mm(Context& c) {
+  Builder& b = c.b;
+  const TensorInfo& a = c.args.info(0);
+  const TensorInfo& m = c.args.info(1);
+  const TensorInfo& sa = c.args.info(2);
+  const TensorInfo& sb = c.args.info(3);
+  TORCH_CHECK(a.dim() == 2 && m.dim() == 2, "_scaled_mm: expected 2-d self and mat2, got ", a.dim(), "-d and ",
+              m.dim(), "-d");
+  TORCH_CHECK(a.sizes[1] == m.sizes[0], "mat_a and mat_b shapes cannot be multiplied (", a.sizes[0], "x", a.sizes[1],
+              " and ", m.sizes[0], "x", m.sizes[1], ")");
+  const int64_t M = a.sizes[0], N = m.sizes[1];
+  const bool floats = c10::isFloat8Type(a.dtype) && c10::isFloat8Type(m.dtype) && sa.dtype == at::kFloat &&
+                      sb.dtype == at::kFloat;
+  const bool tensorwise = sa.numel() == 1 && sb.numel() == 1;
+  const bool rowwise = sa.sizes == Dims{M, 1} && sb.sizes == Dims{1, N} && sa.contiguous && sb.contiguous;
+  TORCH_CHECK_VALUE(floats && (tensorwise || rowwise),
+                    "_scaled_mm: invalid scaling configuration: self and mat2 must be 8-bit floats and the scales "
+                    "float32, either one element each (tensor-wise) or scale_a of shape [", M,
+                    ", 1] and scale_b of shape [1, ", N, "] (row-wise); got self ", a.dtype, " ",
+                    dims_string(a.sizes), ", mat2 ", m.dtype, " ", dims_string(m.sizes), ", scale_a ", sa.dtype, " ",
+                    dims_string(sa.sizes), ", scale_b ", sb.dtype, " ", dims_string(sb.sizes));
+  const at::ScalarType out = c.args.opt_scalar_type(6).value_or(a.dtype);
+  const Dims mk{M, a.sizes[1]}, kn{m.sizes[0], N}, mn{M, N};
+  auto scaled = [&](size_t i, size_t s, const Dims& d, const TensorInfo& si, Dims bdims) {
+    Value scale = tensorwise ? b.broadcast_in_dim(b.reshape(c.args.tensor(s), {}), d, {})
+                             : b.broadcast_in_dim(b.reshape(c.args.tensor(s), {si.numel()}), d, bdims);
+    return b.mul(b.convert(c.args.tensor(i), DType::F32), scale);
+  };
+  Value r = b.dot_general(scaled(0, 2, mk, sa, {0}), scaled(1, 3, kn, sb, {1}), {}, {}, {1}, {0}, DType::F32, true);
+  if (c.args.has(4)) {
+    const TensorInfo& bias = c.args.info(4);
+    TORCH_CHECK(bias.numel() == N, "_scaled_mm: bias must have ", N, " elements, got ", dims_string(bias.sizes));
+    r = b.add(r, b.broadcast_in_dim(b.reshape(b.convert(c.args.tensor(4), DType::F32), {N}), mn, {1}));
+  }
+  if (c10::isFloat8Type(out) && c.args.has(5)) {
+    r = b.div(r, b.broadcast_in_dim(b.reshape(b.convert(c.args.tensor(5), DType::F32), {}), mn, {}));
+  }
+  return one(b.convert(r, to_hlo(out)));
 }
 
 std::vector<Value> lower_bmm(Context& c) {
@@ -431,6 +477,7 @@ TPU_LOWERINGS(linalg) {
   });
   reg("aten::mm", lower_mm);
   reg("aten::_int_mm", lower_int_mm);
+  reg("aten::_scaled_mm", lower_scaled_mm);
   reg("aten::bmm", lower_bmm);
   reg("aten::addmm", lower_addmm);
 }

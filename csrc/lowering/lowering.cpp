@@ -50,6 +50,10 @@ DType to_hlo(at::ScalarType t) {
     case at::kDouble: return DType::F64;
     case at::kComplexFloat: return DType::C64;
     case at::kComplexDouble: return DType::C128;
+    case at::kFloat8_e4m3fn: return DType::F8E4M3FN;
+    case at::kFloat8_e5m2: return DType::F8E5M2;
+    case at::kFloat8_e4m3fnuz: return DType::F8E4M3FNUZ;
+    case at::kFloat8_e5m2fnuz: return DType::F8E5M2FNUZ;
     default:
       TORCH_CHECK_TYPE(false, "tpu: dtype ", t, " is not supported on the tpu device");
   }
@@ -72,12 +76,16 @@ at::ScalarType to_aten(DType t) {
     case DType::F64: return at::kDouble;
     case DType::C64: return at::kComplexFloat;
     case DType::C128: return at::kComplexDouble;
+    case DType::F8E4M3FN: return at::kFloat8_e4m3fn;
+    case DType::F8E5M2: return at::kFloat8_e5m2;
+    case DType::F8E4M3FNUZ: return at::kFloat8_e4m3fnuz;
+    case DType::F8E5M2FNUZ: return at::kFloat8_e5m2fnuz;
   }
   return at::kFloat;
 }
 
 at::ScalarType opmath_type(at::ScalarType t) {
-  return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+  return t == at::kHalf || t == at::kBFloat16 || c10::isFloat8Type(t) ? at::kFloat : t;
 }
 
 namespace {

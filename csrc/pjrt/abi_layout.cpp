@@ -171,6 +171,10 @@ std::string abi_layout() {
   line("enum", "PJRT_Buffer_Type_BF16", PJRT_Buffer_Type_BF16);
   line("enum", "PJRT_Buffer_Type_C64", PJRT_Buffer_Type_C64);
   line("enum", "PJRT_Buffer_Type_C128", PJRT_Buffer_Type_C128);
+  line("enum", "PJRT_Buffer_Type_F8E5M2", PJRT_Buffer_Type_F8E5M2);
+  line("enum", "PJRT_Buffer_Type_F8E4M3FN", PJRT_Buffer_Type_F8E4M3FN);
+  line("enum", "PJRT_Buffer_Type_F8E5M2FNUZ", PJRT_Buffer_Type_F8E5M2FNUZ);
+  line("enum", "PJRT_Buffer_Type_F8E4M3FNUZ", PJRT_Buffer_Type_F8E4M3FNUZ);
   line("enum", "PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes",
        PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes);
   line("enum", "PJRT_NamedValue_kInt64", PJRT_NamedValue_kInt64);

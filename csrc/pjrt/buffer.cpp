@@ -212,6 +212,9 @@ size_t element_size(c::PJRT_Buffer_Type type) {
     case c::PJRT_Buffer_Type_U8:
     case c::PJRT_Buffer_Type_F8E5M2:
     case c::PJRT_Buffer_Type_F8E4M3FN:
+    case c::PJRT_Buffer_Type_F8E4M3B11FNUZ:
+    case c::PJRT_Buffer_Type_F8E5M2FNUZ:
+    case c::PJRT_Buffer_Type_F8E4M3FNUZ:
       return 1;
     case c::PJRT_Buffer_Type_S16:
     case c::PJRT_Buffer_Type_U16:

@@ -76,6 +76,9 @@ enum PJRT_Buffer_Type : uint32_t {
   PJRT_Buffer_Type_C128 = 15,
   PJRT_Buffer_Type_F8E5M2 = 16,
   PJRT_Buffer_Type_F8E4M3FN = 17,
+  PJRT_Buffer_Type_F8E4M3B11FNUZ = 18,
+  PJRT_Buffer_Type_F8E5M2FNUZ = 19,
+  PJRT_Buffer_Type_F8E4M3FNUZ = 20,
 };
 
 enum PJRT_HostBufferSemantics : uint32_t {

@@ -406,6 +406,40 @@ def test_weight_gradient_of_a_linear_layer_is_cpus():
     close(wt.grad, wc.grad)
 
 
+@pytest.mark.parametrize("dtypes", [(torch.float8_e4m3fn, torch.float8_e4m3fn), (torch.float8_e4m3fn, torch.float8_e5m2),
+                                    (torch.float8_e5m2, torch.float8_e4m3fn)], ids=str)
+def test_scaled_float8_matmul_is_cpus(dtypes):
+    """torch._scaled_mm (torchao's float8 linear layers): 8-bit operands
+    times tensor-wise or row-wise float32 scales, accumulated in float32,
+    plus a bias, into float32, bfloat16, half or 8 bits (divided by
+    scale_result); CPU's values. Bad scales raise CPU's ValueError."""
+    g = torch.Generator().manual_seed(0)
+    M, K, N = 5, 32, 16
+    a = (torch.randn(M, K, generator=g) * 4).to(dtypes[0])
+    b = (torch.randn(N, K, generator=g) * 4).to(dtypes[1]).t()  # column-major, as torchao passes it
+    scales = [(torch.tensor(0.5), torch.tensor(2.0)), (torch.rand(M, 1, generator=g) + 0.5, torch.rand(1, N, generator=g) + 0.5)]
+    for out in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn):
+        for sa, sb in scales:
+            for bias in (None, torch.randn(N, generator=g).to(torch.bfloat16 if out.itemsize == 1 else out)):
+                for result in ((None, torch.tensor(4.0)) if out.itemsize == 1 else (None,)):
+                    kw = dict(bias=bias, scale_result=result, out_dtype=out)
+                    want = torch._scaled_mm(a, b, sa, sb, **kw)
+                    tpu = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+                    got = torch._scaled_mm(a.to("tpu"), b.to("tpu"), sa.to("tpu"), sb.to("tpu"), **tpu)
+                    assert got.dtype == want.dtype == out and got.shape == want.shape
+                    # float32 sums in another order: one rounding of the output type at most
+                    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=0.13 if out.itemsize == 1 else 1e-2,
+                                               atol=1e-3)
+    with pytest.raises(ValueError, match="scal"):
+        torch._scaled_mm(a.to("tpu"), b.to("tpu"), torch.ones(2, device="tpu"), torch.ones((), device="tpu"),
+                         out_dtype=torch.float32)
+    with pytest.raises(ValueError, match="scal"):
+        torch._scaled_mm(a.float().to("tpu"), b.to("tpu"), torch.ones((), device="tpu"), torch.ones((), device="tpu"),
+                         out_dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch._scaled_mm(a.to("tpu"), b[:8].to("tpu"), torch.ones((), device="tpu"), torch.ones((), device="tpu"))
+
+
 def test_int8_matmul_accumulates_exactly_in_int32():
     """torch._int_mm (torchao's int8 quantized linear layers): int8 x int8
     products summed in int32, equal to CPU's bit for bit (a long K included),

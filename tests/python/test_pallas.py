@@ -49,6 +49,18 @@ def test_kernel_forward_and_gradients_match_cpu(shape, dtype):
     torch.testing.assert_close(yt.grad.cpu(), yc.grad, **tol)
 
 
+def test_float8_tensors_pass_through_jax_kernels():
+    """A JAX kernel takes and returns 8-bit floats (a float8 quantizer)."""
+    @tp.custom_jax_kernel
+    def quantize(x, scale):
+        return (x.astype(jnp.float32) * scale).astype(jnp.float8_e4m3fn)
+
+    x = (torch.randn(4, 8) * 20).to(torch.float8_e5m2)
+    got = quantize(x.to("tpu"), torch.tensor(3.0, device="tpu"))
+    assert got.dtype == torch.float8_e4m3fn
+    assert torch.equal(got.cpu().view(torch.uint8), (x.float() * 3).clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8))
+
+
 def test_same_signature_never_retraces():
     k = tp.custom_jax_kernel(lambda x: x * 2)
     x = torch.randn(3, 4, device="tpu")

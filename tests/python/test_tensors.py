@@ -26,6 +26,75 @@ def test_dtype_conversion_on_device(src, dst):
     assert_same(x.to("tpu").to(dst), x.to(dst), rtol=0, atol=0)
 
 
+FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
+
+
+def _same_float8(got, want):
+    """Bit for bit, any NaN encoding equal to any other."""
+    assert got.dtype == want.dtype and got.shape == want.shape and got.stride() == want.stride()
+    g, w = got.cpu().float(), want.float()
+    assert bool(((g == w) & (g.signbit() == w.signbit()) | (g.isnan() & w.isnan())).all())
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_conversions_are_cpus_bit_for_bit(dtype):
+    """The 8-bit floats (torchao's float8 training, fp8 checkpoints): every
+    value of the type, the midpoints between neighbours (round half to
+    even) and their neighbours, overflow (e4m3fn saturates at +-448, e5m2
+    goes to infinity, the FNUZ types to NaN), infinities, NaN and signed
+    zeros, converted from float32, float64 (rounded to float first, as CPU
+    does), half, bfloat16 and integers, and back to every dtype."""
+    every = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+    finite = every[torch.isfinite(every)].unique()
+    mids = (finite[1:] + finite[:-1]) / 2
+    inf = torch.tensor(float("inf"))
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([every, mids, mids.nextafter(inf), mids.nextafter(-inf),
+                   *[torch.randn(2000, generator=g) * s for s in (1e-4, 1, 300, 1e5)],
+                   torch.tensor([inf, -inf, float("nan"), 0.0, -0.0, 1e30, -465.0, 480.0, 57344.0, 61440.0])])
+    for src in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        _same_float8(x.to(src).to("tpu").to(dtype), x.to(src).to(dtype))
+    ints = x.nan_to_num(0).clamp(-1e5, 1e5)
+    for src in (torch.int64, torch.int32, torch.uint8, torch.bool):
+        _same_float8(ints.to(src).to("tpu").to(dtype), ints.to(src).to(dtype))
+    v = torch.arange(256, dtype=torch.uint8).view(dtype)
+    small = v[v.float().abs() < 100]  # (integer casts of NaN and of large values are undefined in C++)
+    for dst in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool):
+        assert_same(v.to("tpu").to(dst), v.to(dst), rtol=0, atol=0)
+    for dst in FLOAT8:
+        _same_float8(v.to("tpu").to(dst), v.to(dst))
+    for dst in (torch.int64, torch.int32, torch.int8, torch.uint8):
+        assert torch.equal(small.to("tpu").to(dst).cpu(), small.to(dst))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_float8_tensors_move_index_and_multiply_as_on_cpu(dtype):
+    """What CPU PyTorch does with 8-bit floats (moving, viewing, indexing,
+    filling, comparing, matmul) gives CPU's bits; a Python number that
+    does not fit raises CPU's error."""
+    x = (torch.randn(4, 8, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
+    idx = torch.tensor([2, 0, 3])
+    cases = [
+        lambda x: x, lambda x: x.t().contiguous(), lambda x: x[:, 1:7:2].clone(), lambda x: torch.cat([x, x[:1]]),
+        lambda x: torch.stack([x, x], 1), lambda x: x.flip(0).roll(3, 1), lambda x: x[:1].expand(3, 8).contiguous(),
+        lambda x: torch.nn.functional.pad(x, (1, 2)), lambda x: x[idx.to(x.device)], lambda x: x.abs(),
+        lambda x: torch.where(x.float() > 0, x, x[0]), lambda x: x.clone().fill_(1.5), lambda x: x.view(torch.uint8),
+        lambda x: x.view(torch.int16), lambda x: x.clone().index_put_((idx.to(x.device),), x[0, 0]),
+        lambda x: (x.float() * 3).to(dtype), lambda x: torch.full((2, 3), -2.5, dtype=dtype, device=x.device),
+        lambda x: x @ (x.t().float() / 4).to(dtype),
+    ]
+    for f in cases:
+        want, got = f(x), f(x.to("tpu"))
+        if want.dtype == dtype:
+            _same_float8(got, want)
+        else:
+            assert_same(got, want, rtol=0, atol=0)
+    assert_same(x.to("tpu") == x[0, 0].item(), x == x[0, 0].item())
+    assert_same(x.to("tpu").isnan(), x.isnan())
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.zeros(2, dtype=dtype, device="tpu").fill_(1e6)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16], ids=str)
 def test_non_contiguous_copies_both_ways(dtype):
     x = make((6, 8), dtype)
