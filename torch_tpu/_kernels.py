@@ -63,8 +63,11 @@ def variants_of(functional: str) -> list[tuple[str, int]]:
 def register() -> int:
     """Register every lowered op and its variants; returns how many."""
     variants, functionals, kinds = [], [], []
-    for functional in torch.ops.torch_tpu._lowering_names():
+    lowered = set(torch.ops.torch_tpu._lowering_names())
+    for functional in sorted(lowered):
         for name, kind in variants_of(functional):
+            if name != functional and name in lowered:
+                continue  # (an in-place or out= form with a lowering of its own: mul_.Scalar)
             variants.append(name)
             functionals.append(functional)
             kinds.append(kind)

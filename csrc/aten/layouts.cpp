@@ -340,7 +340,9 @@ void cpu_kernel_layouts(const std::string& f, const std::vector<c10::IValue>& ar
   };
   if (f == "aten::geqrf" && meta[0].dim() >= 2) {
     meta[0] = column_major(meta[0]);
-  } else if (contiguous_result(f)) {
+  } else if (contiguous_result(f) || (f == "aten::angle" && !args.empty() && args[0].isTensor() &&
+                                      args[0].toTensor().is_complex())) {
+    // (CPU's angle of a complex tensor writes into an empty out= tensor)
     meta[0] = contiguous_like(meta[0], at::MemoryFormat::Contiguous);
   } else if (preserves_input_strides(f) && !args.empty() && args[0].isTensor() &&
              args[0].toTensor().sizes() == meta[0].sizes()) {

@@ -127,6 +127,19 @@ std::vector<Value> lower_mul(Context& c) {
   return one(cast(c.b, r, p.type));
 }
 
+// mul_.Scalar, which PyTorch's own C++ composites call (the window
+// functions, ...): CPU's in-place kernel rounds the number to a half or
+// bfloat16 self's dtype first, where mul.Scalar and Python's x.mul_(s)
+// (mul_.Tensor) multiply by it in float.
+std::vector<Value> lower_mul_scalar_in_place(Context& c) {
+  const at::ScalarType t = c.args.info(0).dtype;
+  if (t != at::kHalf && t != at::kBFloat16) return lower_mul(c);
+  Builder& b = c.b;
+  Value s = b.convert(b.convert(c.args.scalar_value(1, DType::F32), to_hlo(t)), DType::F32);
+  Value x = b.convert(c.args.tensor(0), DType::F32);
+  return one(b.convert(b.mul(x, b.broadcast_in_dim(s, b.dims(x), {})), to_hlo(t)));
+}
+
 Value trunc_float(Builder& b, Value x) {
   Value zero = b.zeros(b.type(x));
   return b.select(b.compare(Cmp::LT, x, zero), b.unary("stablehlo.ceil", x),
@@ -701,6 +714,7 @@ TPU_LOWERINGS(elementwise) {
   reg("aten::rsub.Scalar", lower_rsub);
   reg("aten::mul.Tensor", lower_mul);
   reg("aten::mul.Scalar", lower_mul);
+  reg("aten::mul_.Scalar", lower_mul_scalar_in_place);
   reg("aten::div.Tensor", [](Context& c) { return divide(c, ""); });
   reg("aten::div.Scalar", [](Context& c) { return divide(c, ""); });
   reg("aten::div.Tensor_mode", [](Context& c) { return divide(c, c.args.has(2) ? c.args.string(2) : ""); });

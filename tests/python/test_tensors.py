@@ -235,3 +235,56 @@ def test_tril_and_triu_indices(rows, cols, offset):
         assert got.device.type == "tpu"
         assert torch.equal(got.cpu(), f(rows, cols, offset))
     assert torch.tril_indices(3, 3, dtype=torch.int32, device="tpu").dtype == torch.int32
+
+
+def test_in_place_multiply_by_a_number_rounds_it_as_cpu_does():
+    """aten::mul_.Scalar (not Python's x.mul_(s), which is mul_.Tensor)
+    rounds the number to a half or bfloat16 tensor's dtype before
+    multiplying in float; mul.Scalar does not."""
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = torch.randn(3, 40).to(dtype).t()
+        for s in (1 / 3, 2.0, 1e-3, 7):
+            want = torch.ops.aten.mul_.Scalar(x.clone(), s)
+            got = x.to("tpu")
+            torch.ops.aten.mul_.Scalar(got, s)
+            assert_same(got, want, rtol=0, atol=0)
+            assert_same(torch.ops.aten.mul.Scalar(x.to("tpu"), s), torch.ops.aten.mul.Scalar(x, s), rtol=0, atol=0)
+
+
+def test_window_functions_are_cpus():
+    """Every window factory on tpu (kaiser_window's CPU kernel is a dispatch
+    stub: it has its own tpu kernel), periodic and symmetric, lengths 0, 1
+    and more: float64, bfloat16 and half exactly CPU's (PyTorch's composites
+    call mul_.Scalar, whose CPU kernel rounds the number to the tensor's
+    dtype first), float32 within an ulp or two of cos."""
+    def windows(**kw):
+        yield "hann", torch.hann_window, {}
+        yield "hamming", torch.hamming_window, {}
+        yield "blackman", torch.blackman_window, {}
+        yield "bartlett", torch.bartlett_window, {}
+        for beta in (0.5, 8.6, 12.0, 60.0):
+            yield f"kaiser {beta}", torch.kaiser_window, dict(beta=beta)
+    for n in (0, 1, 2, 7, 64, 401):
+        for periodic in (True, False):
+            for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
+                for name, f, kw in windows():
+                    want = f(n, periodic, dtype=dtype, **kw)
+                    got = f(n, periodic, dtype=dtype, device="tpu", **kw)
+                    assert got.device.type == "tpu" and got.dtype == dtype and got.shape == want.shape, name
+                    tol = {torch.float64: (1e-13, 1e-15), torch.float32: (4e-6, 1e-7)}.get(dtype, (0, 0))
+                    if name.startswith("kaiser") and dtype == torch.float16:
+                        tol = (0, torch.finfo(dtype).eps)  # (i0 in float32 then rounded: an ulp at a boundary)
+                    torch.testing.assert_close(got.cpu().double(), want.double(), rtol=tol[0], atol=tol[1], msg=name)
+    assert torch.kaiser_window(10, device="tpu").dtype == torch.get_default_dtype()
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.kaiser_window(5, dtype=torch.int64, device="tpu")
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.kaiser_window(-1, device="tpu")
+
+
+def test_angle_of_a_transposed_complex_tensor_has_cpus_layout():
+    """CPU's angle of a complex tensor writes into an empty out= tensor, so
+    its result is contiguous where a real input's keeps the input's layout."""
+    z = torch.randn(3, 4, dtype=torch.complex64).t()
+    for x in (z, z.real.contiguous().t()):
+        assert_same(torch.angle(x.to("tpu")), torch.angle(x), rtol=1e-6, atol=1e-6)
