@@ -28,10 +28,15 @@ TORCH_TPU_PJRT_PLUGIN="$plugin" ctest --test-dir build-tests --output-on-failure
 
 # A persistent compile cache shared by the test processes.
 export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
-python3 -m pytest -q tests/python "$@"
+# Two pytest-xdist workers, a file to each at a time (module fixtures stay
+# whole; conftest.py hands out the longest files first): compiling programs
+# is most of a cold run and takes one core, so two workers use both.
+# TORCH_TPU_TEST_WORKERS=0 runs in this process.
+PARALLEL=(-n "${TORCH_TPU_TEST_WORKERS:-2}" --dist loadfile)
+python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
 # The other two modes run the suite again (conftest.py's MODE_POLICY says
 # which part: what the mode changes, not every sweep of the same lowerings).
 echo "fused eager (TORCH_TPU_DEFER_AND_FUSE=1):"
-TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q tests/python "$@"
+TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
 echo "debug eager (TORCH_TPU_LAUNCH_BLOCKING=1):"
-TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q tests/python "$@"
+TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"

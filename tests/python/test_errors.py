@@ -143,7 +143,7 @@ def test_unsupported_dtype_is_a_type_error():
     with pytest.raises(TypeError, match="not supported on the tpu device"):
         torch.empty(3, dtype=torch.complex32, device="tpu")
     with pytest.raises(TypeError, match="not supported on the tpu device"):
-        torch.zeros(3, dtype=torch.float8_e5m2, device="tpu")
+        torch.zeros(3, dtype=torch.float8_e8m0fnu, device="tpu")
 
 
 def test_out_of_range_index_raises_instead_of_clamping():
