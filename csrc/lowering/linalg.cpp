@@ -113,12 +113,14 @@ std::vector<Value> lower_scaled_mm(Context& c) {
                     dims_string(sa.sizes), ", scale_b ", sb.dtype, " ", dims_string(sb.sizes));
   const at::ScalarType out = c.args.opt_scalar_type(6).value_or(a.dtype);
   const Dims mk{M, a.sizes[1]}, kn{m.sizes[0], N}, mn{M, N};
-  auto scaled = [&](size_t i, size_t s, const Dims& d, const TensorInfo& si, Dims bdims) {
-    Value scale = tensorwise ? b.broadcast_in_dim(b.reshape(c.args.tensor(s), {}), d, {})
-                             : b.broadcast_in_dim(b.reshape(c.args.tensor(s), {si.numel()}), d, bdims);
+  // Operand i (dims d) in float32 times its scale (argument i + 2), whose
+  // row-wise entries run along dim `along`.
+  auto scaled = [&](size_t i, const Dims& d, int64_t along) {
+    const Dims sd = tensorwise ? Dims{} : Dims{d[along]};
+    Value scale = b.broadcast_in_dim(b.reshape(c.args.tensor(i + 2), sd), d, tensorwise ? Dims{} : Dims{along});
     return b.mul(b.convert(c.args.tensor(i), DType::F32), scale);
   };
-  Value r = b.dot_general(scaled(0, 2, mk, sa, {0}), scaled(1, 3, kn, sb, {1}), {}, {}, {1}, {0}, DType::F32, true);
+  Value r = b.dot_general(scaled(0, mk, 0), scaled(1, kn, 1), {}, {}, {1}, {0}, DType::F32, true);
   if (c.args.has(4)) {
     const TensorInfo& bias = c.args.info(4);
     TORCH_CHECK(bias.numel() == N, "_scaled_mm: bias must have ", N, " elements, got ", dims_string(bias.sizes));
