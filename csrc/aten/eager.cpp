@@ -317,7 +317,8 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
       [&](const pjrt::BufferPtr& b, const std::string& message) { return rt.add_check(device, b, message, wait); });
 }
 
-BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device,
+                       const std::vector<std::vector<int64_t>>* sizes) {
   for (const ProgramPlan::Resize& r : plan.resizes) {
     const c10::IValue& a = args[r.arg];
     at::native::resize_output((r.element >= 0 ? a.toListRef()[r.element] : a).toTensor(), r.sizes);
@@ -353,6 +354,18 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         std::optional<at::Generator> gen;
         if (src.index >= 0) gen = args[src.index].toGenerator();
         bound.args.push_back(rng_operand(gen, device));
+        break;
+      }
+      case ParamSource::Kind::Stride: {
+        const int64_t stride = arg_at(args, src).toTensor().stride(src.part);
+        bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(stride), device));
+        break;
+      }
+      case ParamSource::Kind::Size: {
+        TORCH_CHECK(sizes != nullptr && src.index < static_cast<int>(sizes->size()),
+                    "torch_tpu internal error: a bucketed program bound without its sizes");
+        const int64_t n = (*sizes)[src.index].at(src.element);
+        bound.args.push_back(scalar_operand(DType::I32, static_cast<uint64_t>(n), device));
         break;
       }
     }
@@ -398,6 +411,9 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
     s.received = p;
     s.flat = s.type.dims.size() == 1 ? p : b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
+    for (const Dynamic& d : dynamic_) {
+      if (d.storage == impl) s.full = dynamic_entry(s, d);
+    }
   } else {
     // Never written: zeros, in the dtype of the first access.
     const DType dt = to_hlo(t.scalar_type());
@@ -407,6 +423,53 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
   }
   slots_.push_back(std::move(s));
   return slots_.back();
+}
+
+void EagerProgram::dynamic_storage(const at::Tensor& proxy, std::vector<int64_t> sizes) {
+  TORCH_CHECK(proxy.is_contiguous() && proxy.storage_offset() == 0 && proxy.dim() == static_cast<int64_t>(sizes.size()),
+              "torch_tpu internal error: a bucketed operand must be a contiguous tensor of its bucket's sizes");
+  dynamic_.push_back({proxy.storage().unsafeGetStorageImpl(), std::move(sizes), proxy.sizes().vec()});
+}
+
+void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view) {
+  dynamic_views_.emplace_back(proxy.unsafeGetTensorImpl(), view);
+}
+
+// The padded value's prefix as a value of the proxy's (bucket) sizes whose
+// dims XLA knows to hold `sizes`: the flat value's run-time length is set,
+// reshaped at run time to `sizes` (bounded by the bucket), then given the
+// static type every lowering works with.
+Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn) {
+  hlo::Builder& b = *b_;
+  const hlo::Dims& bounds = dyn.bounds;
+  const std::vector<int64_t>& sizes = dyn.sizes;
+  const int64_t capacity = Type{s.type.dtype, bounds}.numel();
+  TORCH_CHECK(s.type.dims.size() == 1 && s.type.dims[0] == capacity,
+              "torch_tpu internal error: a padded value of ", s.type.str(), " for bucket ", bounds);
+  Type bounded{s.type.dtype, bounds};
+  std::vector<Value> dims;
+  Value numel = b.constant_int(1, DType::I32);
+  for (size_t d = 0; d < bounds.size(); ++d) {
+    Value n;
+    if (sizes[d] == bounds[d]) {
+      n = b.constant_int(bounds[d], DType::I32);
+    } else {
+      ParamSource src;
+      src.kind = ParamSource::Kind::Size;
+      src.index = s.group;
+      src.element = static_cast<int>(d);
+      src.dtype = DType::I32;
+      n = add_param(Type{DType::I32, {}}, scalar_operand(DType::I32, static_cast<uint64_t>(sizes[d]), device_), src);
+      bounded.bounded |= uint64_t{1} << d;
+    }
+    numel = b.mul(numel, n);
+    dims.push_back(b.reshape(n, {1}));
+  }
+  if (s.group < 0) replayable_ = false;
+  s.dynamic = true;
+  Value flat = b.set_dimension_size(s.flat, numel, 0);
+  Value shape = dims.size() == 1 ? dims[0] : b.concatenate(dims, 0);
+  return b.retype(b.dynamic_reshape(flat, shape, bounded), Type{s.type.dtype, bounds});
 }
 
 Value EagerProgram::flat_as(Slot& s, DType dtype) {
@@ -448,6 +511,33 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
   Slot& s = slot_for(t);
   const DType dt = to_hlo(t.scalar_type());
   const Type& st = s.type;
+  if (s.dynamic) {
+    TORCH_CHECK(!s.written && !t.is_conj() && !t.is_neg() && b_->dtype(s.full) == dt,
+                "torch_tpu internal error: a bucketed operand read as ", t.scalar_type());
+    for (const auto& [impl, view] : dynamic_views_) {
+      if (impl != t.unsafeGetTensorImpl()) continue;
+      // Its strides and offset vary with the padded tensor's sizes: operands.
+      if (pos.arg < 0) replayable_ = false;
+      auto operand = [&](ParamSource::Kind kind, int64_t value, int part) {
+        ParamSource src;
+        src.kind = kind;
+        src.index = pos.arg;
+        src.element = pos.element;
+        src.part = part;
+        src.dtype = DType::I64;
+        return add_param(Type{DType::I64, {}}, scalar_operand(DType::I64, static_cast<uint64_t>(value), device_), src);
+      };
+      std::vector<Value> strides(view.dim());
+      for (int64_t k = 0; k < view.dim(); ++k) {
+        if (view.size(k) > 1) strides[k] = operand(ParamSource::Kind::Stride, view.stride(k), static_cast<int>(k));
+      }
+      Value offset = operand(ParamSource::Kind::Offset, view.storage_offset(), -1);
+      return exec::read_strided_at_run_time(*b_, s.flat, view.sizes().vec(), strides, offset);
+    }
+    TORCH_CHECK(t.storage_offset() == 0 && t.is_contiguous() && b_->dims(s.full) == t.sizes().vec(),
+                "torch_tpu internal error: a bucketed operand read through another view");
+    return s.full;
+  }
   Value v;
   if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 && t.numel() == st.numel() &&
       t.is_contiguous()) {

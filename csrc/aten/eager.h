@@ -35,6 +35,8 @@ struct ParamSource {
     Constant,  // `bits`
     Rng,       // a fresh key from the Generator at argument `index` (-1: the default one)
     Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
+    Size,      // size `element` of the tensor a bucketed program's storage group `index` holds
+    Stride,    // stride `part` of the tensor at argument `index` (entry `element`)
   };
   Kind kind = Kind::Constant;
   int index = -1;
@@ -99,8 +101,10 @@ struct BoundProgram {
 std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& plan, BoundProgram& bound, int device);
 
 // Bind `plan` to the arguments of another call with the same signature
-// (resizing its out= tensors as the plan's first call did).
-BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device);
+// (resizing its out= tensors as the plan's first call did). A bucketed
+// program's Size parameters come from `sizes` (per storage group).
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device,
+                       const std::vector<std::vector<int64_t>>* sizes = nullptr);
 
 // The value of storage `s` as a program operand: deferred values stay in
 // fused eager's graph; others are materialized (running that graph).
@@ -122,6 +126,18 @@ class EagerProgram {
 
   hlo::Builder& builder() { return *b_; }
   int device() const { return device_; }
+
+  // Bucketed programs (docs/bounded_dynamism.md): `proxy` is a contiguous
+  // tensor of bucket sizes whose storage holds a padded value (the flat
+  // buffer of those sizes' element count); at run time it holds a tensor of
+  // `sizes` (those differing from the proxy's are run-time operands). The
+  // program reads it as a value of the proxy's sizes whose dims XLA knows to
+  // hold `sizes` elements. Call before the proxy is read.
+  void dynamic_storage(const at::Tensor& proxy, std::vector<int64_t> sizes);
+  // `proxy` (a tensor of `view`'s sizes on a dynamic_storage proxy's storage)
+  // stands for `view`, another view of the padded storage: read with its
+  // strides and offset as run-time operands (taken from the arguments).
+  void dynamic_view(const at::Tensor& proxy, const at::Tensor& view);
 
   // The value of `t` in the program: a tpu tensor of this program's device,
   // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
@@ -170,9 +186,15 @@ class EagerProgram {
     hlo::Value full;           // the storage value as received, or as last written densely
     hlo::Value received;       // the storage value as received (invalid: not a parameter)
     bool written = false;
+    bool dynamic = false;      // a bucketed operand (dynamic_storage)
+  };
+  struct Dynamic {  // a dynamic_storage call
+    const c10::StorageImpl* storage;
+    std::vector<int64_t> sizes, bounds;
   };
   Slot& slot_for(const at::Tensor& t);
   hlo::Value stored_value(const Slot& s);
+  hlo::Value dynamic_entry(Slot& s, const Dynamic& d);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
@@ -185,6 +207,8 @@ class EagerProgram {
   std::vector<ParamSource> sources_;
   std::deque<Slot> slots_;  // stable references
   std::vector<std::pair<hlo::Value, std::string>> checks_;
+  std::vector<Dynamic> dynamic_;  // see dynamic_storage
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> dynamic_views_;  // see dynamic_view
   bool replayable_ = true;
   std::vector<ProgramPlan::Resize> resizes_;
   std::vector<std::pair<hlo::Dims, std::vector<int64_t>>> layouts_;  // by result index (empty: contiguous)

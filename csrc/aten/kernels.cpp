@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "csrc/aten/bucketed.h"
 #include "csrc/aten/eager.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/exec/executable_cache.h"
@@ -45,6 +46,10 @@ struct Entry {
   bool refuses_full_overlap = false;
   // Advanced indexing: index tensors may be on the CPU (move_cpu_indices).
   bool takes_cpu_indices = false;
+  // The lowering bakes no operand size into its program beyond its shapes,
+  // so it may run at bucket shapes (bucketed programs, below).
+  bool bucketable = false;
+  char bucketed_tag = 0;  // its address names the op's bucketed programs in the memo
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -731,6 +736,113 @@ bool index_put_into_expanded(const Entry& e, const std::vector<c10::IValue>& arg
 
 void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// ---- bucketed programs (bucketed.h) ----------------------------------------------------
+
+// The lowerings checked to run at bucket shapes: they only concatenate,
+// broadcast, select and combine elementwise (no slice of an operand's
+// dims, no count baked into a constant, no scan).
+bool bucketable_op(const std::string& functional) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::cat", "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar",
+      "aten::mul.Tensor", "aten::mul.Scalar", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor",
+      "aten::ne.Scalar", "aten::lt.Tensor", "aten::lt.Scalar", "aten::le.Tensor", "aten::le.Scalar",
+      "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::logical_and",
+      "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor",
+      "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
+      "aten::neg", "aten::isin.Tensor_Tensor"};
+  return ops.count(functional) != 0;
+}
+
+// Runs a bucketable op at bucket shapes when an operand has a padded
+// storage; false when it cannot (the op then runs as usual, on exact values).
+bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int device,
+                  torch::jit::Stack* stack) {
+  if (!e.bucketable || e.kind != VariantKind::Functional || !bucketing_enabled()) return false;
+  BucketedOperands ops(device);
+  std::vector<c10::IValue> pargs;
+  pargs.reserve(args.size() + 1);
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      pargs.emplace_back(ops.substitute(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : v.toTensorVector()) l.push_back(ops.substitute(t));
+      pargs.emplace_back(std::move(l));
+    } else if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+      return false;
+    } else {
+      pargs.push_back(v);
+    }
+  }
+  if (!ops.any() || !ops.usable()) return false;
+  // PyTorch's shapes at the actual sizes and at the bucket's: an output dim
+  // that differs varies with the sizes.
+  std::optional<std::vector<at::Tensor>> meta, bucket_meta;
+  try {
+    meta = run_on_meta(op, args);
+  } catch (const std::exception&) {
+    return false;  // invalid arguments: the usual path raises CPU's error
+  }
+  if (!meta) return false;
+  try {
+    bucket_meta = run_on_meta(op, pargs);
+  } catch (const std::exception&) {
+    return false;  // an operand of an actual size meets a padded one (a broadcast)
+  }
+  if (!bucket_meta || bucket_meta->size() != meta->size()) return false;
+  c10::List<int64_t> described;
+  ops.describe(described);
+  std::vector<std::vector<int64_t>> out_bounds;
+  for (size_t k = 0; k < meta->size(); ++k) {
+    const at::Tensor& m = (*meta)[k];
+    const at::Tensor& bm = (*bucket_meta)[k];
+    if (!m.is_contiguous() || m.dim() != bm.dim() || m.scalar_type() != bm.scalar_type()) return false;
+    std::vector<bool> varying(m.dim());
+    for (int64_t d = 0; d < m.dim(); ++d) varying[d] = m.size(d) != bm.size(d);
+    out_bounds.push_back(bounds_of(m.sizes(), varying));
+    for (int64_t b : out_bounds.back()) described.push_back(b);
+  }
+  pargs.emplace_back(std::move(described));  // (keys the plan; not an argument of the op)
+
+  // (run-time strides and offsets are read from the actual views)
+  std::optional<std::vector<at::Tensor>> results =
+      ops.run(&e.bucketed_tag, lowering_globals(), pargs, args, [&](EagerProgram& p, const OpSignature& sig) {
+        EagerArgs a(p, c10::ArrayRef<c10::IValue>(pargs).slice(0, e.num_functional_args), std::nullopt);
+        lowering::Context ctx{p.builder(), a, e.functional, &matmul_precision};
+        std::vector<Value> outputs;
+        try {
+          outputs = e.fn(ctx);
+        } catch (const std::exception&) {
+          return false;  // (the usual path raises the error, or runs the op)
+        }
+        if (a.data_dependent() || outputs.size() != meta->size()) return false;
+        hlo::Builder& b = p.builder();
+        for (size_t k = 0; k < outputs.size(); ++k) {
+          const at::Tensor& bm = (*bucket_meta)[k];
+          if (!outputs[k].valid() || b.dims(outputs[k]) != bm.sizes().vec() ||
+              b.dtype(outputs[k]) != to_hlo(bm.scalar_type())) {
+            return false;
+          }
+          outputs[k] = padded_exit(b, outputs[k], hlo::Type{b.dtype(outputs[k]), out_bounds[k]}.numel());
+        }
+        std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
+        if (plan->replayable) keep_plan(sig, pargs, a.numbers_read(), plan, ctx.precision_read.has_value());
+        return true;
+      });
+  if (!results) return false;
+  for (size_t k = 0; k < results->size(); ++k) {
+    (*results)[k] = bucketed_result((*results)[k], (*meta)[k].sizes(), std::move(out_bounds[k]), device);
+  }
+  push_returns(stack, op.schema(), e, args, std::move(*results));
+  return true;
+}
+
+void pad_growing_concatenation(const Entry& e, const std::vector<c10::IValue>& args, std::vector<at::Tensor>& results) {
+  if (e.functional == "aten::cat" && e.kind == VariantKind::Functional && results.size() == 1) {
+    pad_if_growing(results[0], args[1].toInt(), args[0].toListRef().size());
+  }
+}
+
 // The boxed kernel of every lowered op, holding the op's entry (registered
 // once per op: no lookup by name on each call). A plugin that runs out of
 // device memory says RESOURCE_EXHAUSTED: that is torch.OutOfMemoryError, as
@@ -804,8 +916,12 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (e.kind != VariantKind::Functional) check_overlaps(e, args, op.operator_name());
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
+  if (run_bucketed(e, op, args, device, stack)) return;
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args);
-  if (auto results = run_kept_plan(sig, args, device)) return push_returns(stack, schema, e, args, std::move(*results));
+  if (auto results = run_kept_plan(sig, args, device)) {
+    pad_growing_concatenation(e, args, *results);
+    return push_returns(stack, schema, e, args, std::move(*results));
+  }
 
   EagerProgram p(device, sig ? &*sig : nullptr);
   std::optional<at::ScalarType> out_dtype;
@@ -879,7 +995,9 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
     validate_once(op, args, e, plan->fingerprint, *plan->builder, e.kind == VariantKind::Functional ? results : outputs);
   }
   if (sig && plan->replayable && !a.data_dependent()) keep_plan(*sig, args, a.numbers_read(), plan, ctx.precision_read.has_value());
-  push_returns(stack, schema, e, args, p.run());
+  std::vector<at::Tensor> returned = p.run();
+  pad_growing_concatenation(e, args, returned);
+  push_returns(stack, schema, e, args, std::move(returned));
 }
 
 }  // namespace
@@ -909,6 +1027,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.num_functional_args = fhandle->schema().arguments().size();
   e.refuses_full_overlap = refuses_full_overlap(functional);
   e.takes_cpu_indices = takes_cpu_indices(functional);
+  e.bucketable = bucketable_op(functional);
   if (kind == VariantKind::Out) {
     // Out arguments come last; the others are the functional op's.
     const auto& arguments = handle->schema().arguments();

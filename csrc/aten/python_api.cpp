@@ -229,6 +229,10 @@ double execute_floor(const at::Tensor& x, int64_t n) {
 // What a tpu tensor's storage holds, without running anything: a buffer, a
 // value a deferred graph will produce, or nothing yet (zeros).
 std::string storage_info(const at::Tensor& t) {
+  if (auto padded = storage_of(t).padded()) {  // (its exact value may not exist yet)
+    return "padded " + padded->type.str() + " holding " + c10::str(c10::IntArrayRef(padded->sizes)) + " of bucket " +
+           c10::str(c10::IntArrayRef(padded->bounds)) + ", nbytes=" + std::to_string(storage_of(t).nbytes());
+  }
   TpuStorage::Value v = storage_of(t).raw_value();
   const std::string what = v.deferred && v.deferred->pending() ? "deferred " + v.type.str()
                            : v.deferred            ? "buffer " + v.type.str()

@@ -1,5 +1,7 @@
 #include "csrc/aten/storage.h"
 #include "csrc/exec/runtime.h"
+#include "csrc/aten/op_memo.h"
+#include "csrc/hlo/builder.h"
 
 #include <c10/core/CachingDeviceAllocator.h>
 #include <unistd.h>
@@ -300,6 +302,31 @@ at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes,
   at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
   storage_of(t).set_deferred(std::move(value), std::move(checks));
   return t;
+}
+
+TpuStorage::Value TpuStorage::raw_value() const {
+  std::shared_ptr<const Padded> padded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!padded_ || value_.buffer) return value_;
+    padded = padded_;
+  }
+  // The exact value: the padded value's prefix (a program per size; made
+  // outside our lock, kept unless the storage was written meanwhile).
+  const int64_t n = static_cast<int64_t>(nbytes_) / hlo::byte_width(padded->type.dtype);
+  hlo::Builder b;
+  hlo::Value flat = b.param(padded->type);
+  hlo::Value exact = b.slice_dim(flat, 0, 0, n);
+  std::vector<pjrt::c::PJRT_Buffer*> raw{padded->buffer->raw()};
+  count_built_program();
+  pjrt::BufferPtr buffer = exec::Runtime::get().run(b.module({exact}), raw, device_)[0];
+  std::lock_guard<std::mutex> lock(mu_);
+  if (padded_ == padded && !value_.buffer) {
+    value_.buffer = std::move(buffer);
+    value_.type = hlo::Type{padded->type.dtype, {n}};
+    value_.checks = padded->checks;
+  }
+  return value_;
 }
 
 TpuStorage::Value TpuStorage::value() const {

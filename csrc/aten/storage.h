@@ -41,10 +41,8 @@ class TpuStorage {
   // The materialized value: runs the fused graph first if it is deferred.
   Value value() const;
   // The value as it is, possibly deferred (fused eager reads it in the graph).
-  Value raw_value() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return value_;
-  }
+  // A padded storage's exact value is made (and kept) on first request.
+  Value raw_value() const;
   void set_value(pjrt::BufferPtr buffer, hlo::Type type, exec::Checks checks = {}) {
     note_materialized_write();
     std::lock_guard<std::mutex> lock(mu_);
@@ -52,6 +50,7 @@ class TpuStorage {
     value_.type = std::move(type);
     value_.deferred.reset();
     value_.checks = std::move(checks);
+    padded_.reset();
   }
   void set_deferred(exec::DeferredPtr v, exec::Checks checks = {}) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,6 +58,31 @@ class TpuStorage {
     value_.type = v->type();
     value_.deferred = std::move(v);
     value_.checks = std::move(checks);
+    padded_.reset();
+  }
+
+  // A padded value (docs/bounded_dynamism.md): a flat buffer of `bounds`'
+  // element count whose first elements are this storage's, those of a
+  // contiguous tensor of `sizes`; the rest is padding. Bucketed programs
+  // read it as it is, with the sizes as run-time operands, so that one
+  // program serves every size up to the bounds. Every other reader gets the
+  // exact value (raw_value() slices the prefix once).
+  struct Padded {
+    pjrt::BufferPtr buffer;
+    hlo::Type type;               // {dtype, {prod(bounds)}}
+    std::vector<int64_t> sizes;   // the contiguous tensor the storage holds
+    std::vector<int64_t> bounds;  // per dim: its bucket, or its size where static
+    exec::Checks checks;
+  };
+  std::shared_ptr<const Padded> padded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return padded_;
+  }
+  void set_padded(std::shared_ptr<const Padded> p) {
+    note_materialized_write();
+    std::lock_guard<std::mutex> lock(mu_);
+    value_ = Value{};
+    padded_ = std::move(p);
   }
 
  private:
@@ -66,6 +90,7 @@ class TpuStorage {
   size_t nbytes_;
   int device_;
   mutable Value value_;
+  std::shared_ptr<const Padded> padded_;
 };
 
 // The allocator of `tpu` storages (registered for PrivateUse1).

@@ -1,4 +1,5 @@
 #include "csrc/aten/tensor_ops.h"
+#include "csrc/aten/bucketed.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/EmptyTensor.h>
@@ -67,6 +68,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
               "unsupported operation: more than one element of the written-to tensor refers to a "
               "single memory location. Please clone() the tensor before performing the operation.");
   at::assert_no_partial_overlap(dst, src);  // CPU's copy_ refuses it too (TensorIterator)
+  if (copy_bucketed(src, dst)) return;  // src is a growing tensor's (bucketed.h)
   // Copies repeat (optimizer states, .to(), clone): their plans are kept
   // like those of lowered ops.
   static const char kCopy = 0;

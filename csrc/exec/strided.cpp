@@ -156,6 +156,25 @@ Value read_strided(Builder& b, Value flat, const Dims& sizes, const Dims& stride
   return b.broadcast_in_dim(block, sizes, bdims);
 }
 
+Value read_strided_at_run_time(Builder& b, Value flat, const Dims& sizes, const std::vector<Value>& strides,
+                               Value offset) {
+  const Type result{b.dtype(flat), sizes};
+  if (result.numel() == 0) return b.zeros(result);
+  const Type t{DType::I64, sizes};
+  Value idx = b.broadcast_in_dim(offset, sizes, {});
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] <= 1) continue;
+    idx = b.add(idx, b.mul(b.iota(t, static_cast<int64_t>(k)), b.broadcast_in_dim(strides[k], sizes, {})));
+  }
+  Dims idx_dims = sizes;
+  idx_dims.push_back(1);
+  Builder::GatherDims dn;
+  dn.collapsed_slice_dims = {0};
+  dn.start_index_map = {0};
+  dn.index_vector_dim = static_cast<int64_t>(sizes.size());
+  return b.gather(flat, b.reshape(idx, idx_dims), dn, {1}, sizes);
+}
+
 Value write_strided(Builder& b, Value flat, Value values, const Dims& sizes, const Dims& strides,
                     const Offset& off) {
   const DType dt = b.dtype(flat);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "csrc/hlo/builder.h"
 
@@ -25,6 +26,11 @@ struct Offset {
 // The view (sizes, strides, offset) of `flat`, a rank-1 value.
 hlo::Value read_strided(hlo::Builder& b, hlo::Value flat, const hlo::Dims& sizes,
                         const hlo::Dims& strides, const Offset& offset);
+
+// The view of `flat` whose strides and offset are run-time values (rank-0
+// i64; `strides[k]` is unused where sizes[k] <= 1): one gather.
+hlo::Value read_strided_at_run_time(hlo::Builder& b, hlo::Value flat, const hlo::Dims& sizes,
+                                    const std::vector<hlo::Value>& strides, hlo::Value offset);
 
 // `flat` with the view (sizes, strides, offset) replaced by `values` (whose
 // dims are `sizes`). Views with stride-0 (expanded) dimensions of size > 1

@@ -562,6 +562,25 @@ Value Builder::transpose(Value x, const Dims& perm) {
 
 Value Builder::barrier(Value x) { return emit1("stablehlo.optimization_barrier", {x}, type(x)); }
 
+Value Builder::set_dimension_size(Value x, Value size, int64_t dim) {
+  check(dim >= 0 && dim < rank(x), "set_dimension_size", "dimension out of range for " + type(x).str());
+  check(type(size) == Type{DType::I32, {}}, "set_dimension_size", "the size must be tensor<i32>");
+  Type result = type(x);
+  result.bounded = 0;
+  return emit1("stablehlo.set_dimension_size", {x, size}, result, "dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::dynamic_reshape(Value x, Value shape, const Type& result) {
+  check(result.dtype == dtype(x), "dynamic_reshape", "the result's dtype must be the operand's");
+  check(type(shape) == Type{DType::I32, {result.rank()}}, "dynamic_reshape", "the shape must be i32 of the result's rank");
+  return emit1("stablehlo.dynamic_reshape", {x, shape}, result);
+}
+
+Value Builder::retype(Value x, const Type& to) {
+  check(to.dtype == dtype(x) && to.dims == dims(x), "retype", type(x).str() + " to " + to.str());
+  return emit1("stablehlo.convert", {x}, to);
+}
+
 bool Builder::transposed(Value v, Value* source, Dims* perm) const {
   auto it = transposes_.find(v.id);
   if (it == transposes_.end()) return false;

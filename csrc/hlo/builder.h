@@ -133,6 +133,17 @@ class Builder {
   Value transpose(Value x, const Dims& perm);
   // x, unseen through by XLA's rewrites (stablehlo.optimization_barrier).
   Value barrier(Value x);
+
+  // ---- bounded dynamic dimensions (docs/bounded_dynamism.md) ------------------
+  // x whose dim `dim` holds `size` (i32, rank 0) elements at run time; the
+  // result's type is x's, made static: XLA tracks the size and masks the rest.
+  Value set_dimension_size(Value x, Value size, int64_t dim);
+  // x (whose run-time size is known) reshaped to the run-time `shape` (i32,
+  // rank 1); `result` bounds its dims (Type::bounded).
+  Value dynamic_reshape(Value x, Value shape, const Type& result);
+  // x as `to`, a type of the same dtype and dims differing only in which
+  // dims are bounded.
+  Value retype(Value x, const Type& to);
   // Whether `v` was made by transpose(): then its operand and permutation.
   bool transposed(Value v, Value* source, Dims* perm) const;
   Value broadcast_in_dim(Value x, const Dims& dims, const Dims& broadcast_dimensions);

@@ -70,12 +70,29 @@ int64_t Type::numel() const {
 void Type::append_to(std::string& out) const {
   out += "tensor<";
   char buf[24];
-  for (int64_t d : dims) {
-    auto r = std::to_chars(buf, buf + sizeof(buf), d);
-    out.append(buf, r.ptr);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (bounded >> i & 1) {
+      out += '?';
+    } else {
+      auto r = std::to_chars(buf, buf + sizeof(buf), dims[i]);
+      out.append(buf, r.ptr);
+    }
     out += 'x';
   }
   out += mlir_name(dtype);
+  if (bounded != 0) {
+    out += ", #stablehlo.bounds<";
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (i) out += ", ";
+      if (bounded >> i & 1) {
+        auto r = std::to_chars(buf, buf + sizeof(buf), dims[i]);
+        out.append(buf, r.ptr);
+      } else {
+        out += '?';
+      }
+    }
+    out += '>';
+  }
   out += '>';
 }
 

@@ -36,13 +36,17 @@ using Dims = std::vector<int64_t>;
 struct Type {
   DType dtype = DType::F32;
   Dims dims;
+  // Dims whose size is only bounded by `dims` (bit d: dim d), printed `?`
+  // with #stablehlo.bounds. Only the entry and exit of a bucketed program
+  // use them (docs/bounded_dynamism.md); every other value is static.
+  uint64_t bounded = 0;
 
   int64_t rank() const { return static_cast<int64_t>(dims.size()); }
   int64_t numel() const;
   // tensor<2x3xf32>
   std::string str() const;
   void append_to(std::string& out) const;
-  bool operator==(const Type& o) const { return dtype == o.dtype && dims == o.dims; }
+  bool operator==(const Type& o) const { return dtype == o.dtype && dims == o.dims && bounded == o.bounded; }
   bool operator!=(const Type& o) const { return !(*this == o); }
 };
 

@@ -1,0 +1,238 @@
+#include "csrc/aten/bucketed.h"
+
+#include <c10/util/strides.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "csrc/aten/executor_scope.h"
+#include "csrc/aten/op_memo.h"
+#include "csrc/exec/runtime.h"
+#include "csrc/lowering/lowering.h"
+
+namespace tpu {
+
+using hlo::Value;
+using lowering::to_hlo;
+
+bool bucketing_enabled() { return !current_executor().fused() && op_memo_enabled(); }
+
+int64_t bucket_of(int64_t n) {
+  int64_t b = 16;
+  while (b <= n) b *= 2;
+  return b;
+}
+
+std::vector<int64_t> bounds_of(c10::IntArrayRef sizes, const std::vector<bool>& varying) {
+  std::vector<int64_t> b = sizes.vec();
+  for (size_t d = 0; d < b.size(); ++d) {
+    if (varying[d]) b[d] = bucket_of(b[d]);
+  }
+  return b;
+}
+
+namespace {
+
+// A full, contiguous view of a padded storage: read as the padded value.
+bool full_view(const at::Tensor& t, const TpuStorage::Padded& p) {
+  return t.storage_offset() == 0 && t.sizes().vec() == p.sizes && t.is_contiguous();
+}
+
+// A tensor of `sizes` whose storage holds `padded`.
+at::Tensor padded_tensor(std::shared_ptr<TpuStorage::Padded> padded, at::ScalarType dtype, int device) {
+  at::Tensor t = empty_tpu(padded->sizes, dtype, device);
+  storage_of(t).set_padded(std::move(padded));
+  return t;
+}
+
+std::shared_ptr<TpuStorage::Padded> make_padded(pjrt::BufferPtr buffer, at::ScalarType dtype,
+                                                std::vector<int64_t> sizes, std::vector<int64_t> bounds,
+                                                exec::Checks checks) {
+  auto p = std::make_shared<TpuStorage::Padded>();
+  p->type = hlo::Type{to_hlo(dtype), {hlo::Type{to_hlo(dtype), bounds}.numel()}};
+  p->buffer = std::move(buffer);
+  p->sizes = std::move(sizes);
+  p->bounds = std::move(bounds);
+  p->checks = std::move(checks);
+  return p;
+}
+
+}  // namespace
+
+at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  std::shared_ptr<const TpuStorage::Padded> padded = storage_of(t).padded();
+  if (!padded) return t;
+  if (to_hlo(t.scalar_type()) != padded->type.dtype || t.is_conj() || t.is_neg()) {
+    usable_ = false;  // another dtype's view, or a math bit
+    return t;
+  }
+  const Proxy* proxy = nullptr;
+  for (const Proxy& p : proxies_) {
+    if (p.storage == impl) proxy = &p;
+  }
+  if (proxy == nullptr) {
+    at::Tensor whole = tensor_from_buffer(padded->buffer, padded->type, padded->bounds, t.scalar_type(), device_, {},
+                                          padded->checks);
+    proxies_.push_back({impl, padded, whole});
+    proxy = &proxies_.back();
+  }
+  if (full_view(t, *padded)) {
+    // A varying dim of size 1 would broadcast at its actual size only.
+    for (size_t d = 0; d < padded->sizes.size(); ++d) {
+      if (padded->sizes[d] != padded->bounds[d] && padded->sizes[d] <= 1) usable_ = false;
+    }
+    return proxy->tensor;
+  }
+  // Another view (the last position of a growing sequence): read at its
+  // strides and offset, which are run-time operands; its sizes are the
+  // proxy's (so a view whose sizes vary still compiles per size).
+  if (t.numel() > padded->type.numel()) {
+    usable_ = false;  // (an expanded view: its own sizes would be a large gather)
+    return t;
+  }
+  at::Tensor v = proxy->tensor.as_strided(t.sizes(), c10::contiguous_strides(t.sizes()), 0);
+  views_.emplace_back(v, t);
+  return v;
+}
+
+void BucketedOperands::describe(c10::List<int64_t>& key) const {
+  for (const Proxy& p : proxies_) {
+    for (size_t d = 0; d < p.padded->sizes.size(); ++d) key.push_back(p.padded->sizes[d] != p.padded->bounds[d]);
+    key.push_back(-1);
+  }
+  key.push_back(static_cast<int64_t>(views_.size()));
+}
+
+std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, uint32_t globals,
+                                                             c10::ArrayRef<c10::IValue> key,
+                                                             c10::ArrayRef<c10::IValue> actual,
+                                                             const Build& build) const {
+  const std::optional<OpSignature> sig = signature_for(tag, globals, key);
+  if (!sig) return std::nullopt;
+  std::vector<std::vector<int64_t>> sizes;  // the actual sizes per storage group (Size parameters)
+  for (const Proxy& p : proxies_) {
+    const int g = sig->group_of(p.tensor.storage().unsafeGetStorageImpl());
+    if (g < 0) return std::nullopt;
+    if (sizes.size() <= static_cast<size_t>(g)) sizes.resize(g + 1);
+    sizes[g] = p.padded->sizes;
+  }
+  if (std::shared_ptr<const ProgramPlan> kept = find_plan(*sig, key)) {
+    BoundProgram bound = bind_plan(*kept, *sig, actual, device_, &sizes);
+    return launch(kept, bound, device_);
+  }
+  EagerProgram p(device_, &*sig);
+  for (const Proxy& px : proxies_) p.dynamic_storage(px.tensor, px.padded->sizes);
+  for (const auto& [proxy, view] : views_) p.dynamic_view(proxy, view);
+  if (!build(p, *sig)) return std::nullopt;
+  return p.run();
+}
+
+Value padded_exit(hlo::Builder& b, Value v, int64_t capacity) {
+  // A value whose dims vary leaves through a bounded type set to its bound:
+  // an ordinary buffer, its elements first (a static type alone would leave
+  // a dynamic buffer no later program accepts).
+  const hlo::Type t = b.type(v);
+  const int64_t n = t.numel();
+  Value flat = b.reshape(v, {n});
+  hlo::Type bounded{t.dtype, {n}};
+  bounded.bounded = 1;
+  flat = b.set_dimension_size(b.retype(flat, bounded), b.constant_int(n, hlo::DType::I32), 0);
+  if (capacity < n) return b.slice_dim(flat, 0, 0, capacity);
+  if (capacity > n) return b.pad(flat, b.zeros(hlo::Type{t.dtype, {}}), {0}, {capacity - n});
+  return flat;
+}
+
+at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device) {
+  if (bounds == sizes.vec()) return r.view(sizes);
+  TpuStorage::Value v = storage_of(r).raw_value();
+  return padded_tensor(make_padded(v.buffer, r.scalar_type(), sizes.vec(), std::move(bounds), v.checks),
+                       r.scalar_type(), device);
+}
+
+bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
+  if (!bucketing_enabled() || !src.sizes().equals(dst.sizes()) || src.is_complex() || dst.is_complex() ||
+      dst.storage_offset() != 0 || !dst.is_contiguous() || dst.is_conj() || dst.is_neg() ||
+      static_cast<size_t>(dst.numel()) * dst.element_size() != dst.storage().nbytes() || dst.is_alias_of(src)) {
+    return false;
+  }
+  const int device = dst.device().has_index() ? dst.device().index() : 0;
+  BucketedOperands ops(device);
+  const at::Tensor proxy = ops.substitute(src);
+  if (!ops.any() || !ops.usable()) return false;
+  // The result varies where the source does: its bounds are the proxy's.
+  std::vector<bool> varying(dst.dim());
+  for (int64_t d = 0; d < dst.dim(); ++d) varying[d] = proxy.size(d) != src.size(d);
+  std::vector<int64_t> bounds = bounds_of(dst.sizes(), varying);
+  c10::List<int64_t> described;
+  ops.describe(described);
+  static const char kTag = 0;  // names these programs in the memo
+  const c10::IValue key[3] = {proxy, static_cast<int64_t>(dst.scalar_type()), std::move(described)};
+  const c10::IValue actual[3] = {src, key[1], key[2]};
+  std::optional<std::vector<at::Tensor>> results =
+      ops.run(&kTag, 0, key, actual, [&](EagerProgram& p, const OpSignature& sig) {
+        hlo::Builder& b = p.builder();
+        Value v = b.convert(p.input(proxy, {0, -1}), to_hlo(dst.scalar_type()));
+        auto plan = p.finish({padded_exit(b, v, hlo::Type{b.dtype(v), bounds}.numel())});
+        if (plan->replayable) keep_plan(sig, key, {}, plan);
+        return true;
+      });
+  if (!results) return false;
+  at::Tensor r = bucketed_result((*results)[0], dst.sizes(), std::move(bounds), device);
+  // dst takes the result's value (its storage is all of dst).
+  TpuStorage& from = storage_of(r);
+  if (auto padded = from.padded()) {
+    storage_of(dst).set_padded(padded);
+  } else {
+    TpuStorage::Value v = from.raw_value();
+    storage_of(dst).set_value(v.buffer, v.type, v.checks);
+  }
+  return true;
+}
+
+void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs) {
+  if (!bucketing_enabled() || !r.defined() || r.dim() == 0 || r.numel() == 0 || !r.is_contiguous() ||
+      r.storage_offset() != 0 || r.is_complex()) {
+    return;
+  }
+  dim = c10::maybe_wrap_dim(dim, r.dim());
+  std::string key = std::to_string(static_cast<int>(r.scalar_type())) + ":" + std::to_string(dim) + ":" +
+                    std::to_string(num_inputs);
+  for (int64_t d = 0; d < r.dim(); ++d) {
+    key += ',';
+    if (d == dim) {
+      key += '*';
+    } else {
+      key += std::to_string(r.size(d));
+    }
+  }
+  static std::mutex mu;
+  static std::unordered_map<std::string, int64_t> last;  // the last size along dim
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (last.size() > 4096) last.clear();
+    auto [it, added] = last.emplace(key, r.size(dim));
+    const bool grew = !added && it->second != r.size(dim);
+    it->second = r.size(dim);
+    if (!grew) return;
+  }
+  std::vector<bool> varying(r.dim());
+  varying[dim] = true;
+  std::vector<int64_t> bounds = bounds_of(r.sizes(), varying);
+  TpuStorage::Value v = storage_of(r).raw_value();
+  if (!v.buffer) return;
+  hlo::Builder b;
+  Value flat = b.reshape(b.param(v.type), {v.type.numel()});
+  const int64_t capacity = hlo::Type{v.type.dtype, bounds}.numel();
+  flat = b.pad(flat, b.zeros(hlo::Type{v.type.dtype, {}}), {0}, {capacity - v.type.numel()});
+  std::vector<pjrt::c::PJRT_Buffer*> raw{v.buffer->raw()};
+  count_built_program();
+  const int device = r.device().has_index() ? r.device().index() : 0;
+  pjrt::BufferPtr padded = exec::Runtime::get().run(b.module({flat}), raw, device)[0];
+  r = padded_tensor(make_padded(std::move(padded), r.scalar_type(), r.sizes().vec(), std::move(bounds), v.checks),
+                    r.scalar_type(), device);
+}
+
+}  // namespace tpu

@@ -1,0 +1,94 @@
+// Bucketed programs (docs/bounded_dynamism.md).
+//
+// A tensor whose size keeps changing (the sequence dimension of a growing
+// concatenation: generate's input_ids and attention mask, a KV cache) would
+// compile its ops once per size. Instead its storage holds a padded value
+// (TpuStorage::Padded: the tensor's elements first, in a buffer sized for
+// the bucket of its size), and the ops that may run at bucket shapes read it
+// as it is, the actual sizes, strides and offsets being run-time operands:
+// one program per bucket. XLA tracks the sizes through the program and
+// masks the padding. Every other reader of such a storage gets its exact
+// value (TpuStorage::raw_value).
+#pragma once
+
+#include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "csrc/aten/eager.h"
+
+namespace tpu {
+
+class OpSignature;
+
+// Whether bucketed programs run now: strict and debug eager, op memo on.
+// (Fused eager records every size as before.)
+bool bucketing_enabled();
+
+// A dim's bucket: the next power of two above it (at least 16). Strictly
+// above, so that a varying dim's bucket always differs from its size.
+int64_t bucket_of(int64_t n);
+
+// The bounds of a tensor of `sizes` whose dims in `varying` vary.
+std::vector<int64_t> bounds_of(c10::IntArrayRef sizes, const std::vector<bool>& varying);
+
+// The operands of one bucketed call: each tensor on a padded storage is
+// replaced by a proxy (a tensor of the bucket's sizes holding the padded
+// value, or a tensor of a view's sizes standing for that view), which the
+// lowering reads like any tensor.
+class BucketedOperands {
+ public:
+  explicit BucketedOperands(int device) : device_(device) {}
+
+  // t, or the proxy standing for it.
+  at::Tensor substitute(const at::Tensor& t);
+  // Some operand was replaced.
+  bool any() const { return !proxies_.empty(); }
+  // Every replaced operand can be read in a bucketed program.
+  bool usable() const { return usable_; }
+  // What tells the programs of these proxies apart beyond their signature.
+  void describe(c10::List<int64_t>& key) const;
+  // Runs the bucketed program of the call keyed by `key` (the proxies and
+  // whatever else tells programs apart; `tag` names the op): the plan kept
+  // for it, bound to the `actual` arguments (same positions: a view's
+  // strides and offset are read there), or the one `build` makes on the
+  // program it is given (it calls finish() and keep_plan(), or returns
+  // false when the op cannot run bucketed). Its results, or nullopt.
+  using Build = std::function<bool(EagerProgram& p, const OpSignature& sig)>;
+  std::optional<std::vector<at::Tensor>> run(const void* tag, uint32_t globals, c10::ArrayRef<c10::IValue> key,
+                                             c10::ArrayRef<c10::IValue> actual, const Build& build) const;
+
+ private:
+  struct Proxy {
+    const c10::StorageImpl* storage;
+    std::shared_ptr<const TpuStorage::Padded> padded;
+    at::Tensor tensor;
+  };
+  int device_;
+  bool usable_ = true;
+  std::vector<Proxy> proxies_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> views_;  // (proxy, the view it stands for)
+};
+
+// `v` leaving a bucketed program: a static flat value of `capacity`
+// elements whose prefix holds v's elements at their run-time sizes.
+hlo::Value padded_exit(hlo::Builder& b, hlo::Value v, int64_t capacity);
+
+// A bucketed program's result `r` (flat, of its bounds' element count) as
+// the tensor of `sizes`: padded where `bounds` differ from them, else exact.
+at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device);
+
+// dst <- src (same sizes) in a bucketed program, when src is on a padded
+// storage and dst covers its own storage; false otherwise.
+bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst);
+
+// A concatenation whose result keeps changing size along `dim` (the same
+// op, dtype and other sizes) gives a padded result, so that the next
+// concatenation onto it, and the ops reading it, run bucketed.
+void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs);
+
+}  // namespace tpu

@@ -1,0 +1,208 @@
+"""Bucketed programs (docs/bounded_dynamism.md): a tensor that grows by
+concatenation keeps a padded storage, and the elementwise ops, comparisons,
+selections and concatenations that read it compile once per bucket of its
+size, not once per size. Every value, dtype, shape and stride equals CPU's;
+every other reader sees the exact tensor."""
+
+import pytest
+import torch
+
+import torch_tpu
+
+# Bucketed programs run in strict and debug eager; fused eager records every
+# size as before (conftest.py's MODE_POLICY skips this file there).
+
+
+def _programs():
+    # programs built: ops' (one per signature) and the paddings' (whatever
+    # the executable cache already holds)
+    return torch_tpu.counters()["programs_built"]
+
+
+def _padded(t):
+    return torch.ops.torch_tpu._storage_info(t).startswith("padded")
+
+
+def _same(got, want, exact=True):
+    assert got.device.type == "tpu"
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    assert got.stride() == want.stride() and got.storage_offset() == want.storage_offset()
+    if exact:
+        assert torch.equal(got.cpu(), want), (got.cpu(), want)
+    else:  # sums in another order
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def _grow(dtype, steps, start=5, batch=3, seed=0):
+    """(tpu, cpu) pairs of a sequence grown one column per step, as generate
+    grows input_ids and the attention mask."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=g).bool()
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=g).to(dtype)
+        return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+    c = rand(batch, start)
+    t = c.to("tpu")
+    for _ in range(steps):
+        n = rand(batch, 1)
+        c = torch.cat([c, n], -1)
+        t = torch.cat([t, n.to("tpu")], -1)
+        yield t, c
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32, torch.bfloat16, torch.bool])
+def test_a_growing_concatenation_is_padded_and_equals_cpu(dtype):
+    padded = 0
+    for t, c in _grow(dtype, 40):
+        _same(t, c)
+        padded += _padded(t)
+    assert padded >= 35  # every result once the growth is seen
+
+
+def test_ops_on_growing_tensors_compile_once_per_bucket_and_equal_cpu():
+    ids_t, ids_c = torch.randint(0, 100, (2, 5)).to("tpu"), None
+    ids_c = ids_t.cpu()
+    mask_c = torch.ones(2, 5, dtype=torch.long)
+    mask_t = mask_c.to("tpu")
+    eos = torch.tensor([3, 5])
+    counts = []
+    for step in range(44):
+        before = _programs()
+        nxt = torch.randint(0, 100, (2, 1), generator=torch.Generator().manual_seed(step))
+        results = []
+        for ids, mask, dev in ((ids_t, mask_t, "tpu"), (ids_c, mask_c, "cpu")):
+            ids = torch.cat([ids, nxt.to(dev)], -1)
+            mask = torch.cat([mask, mask.new_ones((2, 1))], -1)
+            hit = (ids == 7) | (mask == 0) | (ids > 90)
+            results.append([
+                ids, mask, hit, torch.where(hit, ids, -ids), ids.masked_fill(ids < 10, -1), ids * 3 - mask,
+                torch.isin(ids, eos.to(dev)), torch.isin(ids[:, -1], eos.to(dev)), ids[:, -1:] + 1,
+                ids[:, -2] * mask[:, -1], (mask == 1).logical_and(ids != 0), ~hit, torch.cat([mask, ids], 0),
+                ids.neg(),
+            ])
+            if dev == "tpu":
+                ids_t, mask_t = ids, mask
+            else:
+                ids_c, mask_c = ids, mask
+        counts.append(_programs() - before)
+        for got, want in zip(*results):
+            _same(got, want)
+    assert _padded(ids_t) and _padded(mask_t)
+    # Sizes 20..31 share the bucket of 32, and 36..43 that of 64 (the checks'
+    # .cpu() copies compile once per size: subtracted by comparing steps).
+    within = counts[20:26] + counts[36:42]
+    assert max(within) == min(within), counts
+
+
+def test_other_readers_get_the_exact_tensor():
+    seqs = list(_grow(torch.float32, 12))
+    t, c = seqs[-1]
+    assert _padded(t)
+    # reductions, scans, matmuls, reshapes and transposes run on the exact value
+    _same(t.sum(1), c.sum(1), exact=False)
+    _same(t.cumsum(1), c.cumsum(1), exact=False)
+    _same(t @ t.T, c @ c.T, exact=False)
+    _same(t.reshape(-1), c.reshape(-1))
+    _same(t.T.contiguous(), c.T.contiguous())
+    _same(t[:, 1:-1].clone(), c[:, 1:-1].clone())
+    assert torch.equal(torch.from_numpy(t.cpu().numpy()), c)
+    # torch.compile and fused eager see it too
+    f = torch.compile(lambda x: (x * 2).softmax(-1), backend="tpu")
+    torch.testing.assert_close(f(t).cpu(), (c * 2).softmax(-1))
+    with torch_tpu.execution_mode("fused"):
+        y = t * 2 + 1
+    _same(y, c * 2 + 1)
+
+
+def test_writing_into_a_padded_tensor_makes_it_exact():
+    t, c = list(_grow(torch.int64, 10))[-1]
+    assert _padded(t)
+    v = t[:, 2:4]
+    t[:, 0] = 99
+    c[:, 0] = 99
+    assert not _padded(t)
+    _same(t, c)
+    _same(v, c[:, 2:4])
+    t.add_(1)
+    c.add_(1)
+    _same(t + t, c + c)
+
+
+def test_autograd_through_a_growing_concatenation():
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(2, 3, generator=g, requires_grad=True) for _ in range(12)]
+    xt = [x.detach().to("tpu").requires_grad_() for x in xs]
+    c, t = xs[0], xt[0]
+    for k in range(1, 12):
+        c = torch.cat([c, xs[k] * k], 1)
+        t = torch.cat([t, xt[k] * k], 1)
+        c = c * 1.5
+        t = t * 1.5
+    assert _padded(t)
+    (c.sin().sum()).backward()
+    (t.sin().sum()).backward()
+    for a, b in zip(xt, xs):
+        torch.testing.assert_close(a.grad.cpu(), b.grad)
+
+
+def test_a_padded_size_one_dim_does_not_broadcast_wrongly():
+    # A growing tensor and a tensor of one column along the varying dim.
+    g = torch.Generator().manual_seed(2)
+    a_c = torch.randn(2, 1, generator=g)
+    a_t = a_c.to("tpu")
+    for k in range(8):
+        n = torch.randn(2, 1, generator=g)
+        a_c, a_t = torch.cat([a_c, n], 1), torch.cat([a_t, n.to("tpu")], 1)
+    one_t, one_c = a_t[:, :1].clone(), a_c[:, :1].clone()
+    _same(a_t + one_t, a_c + one_c)
+    _same(one_t * a_t, one_c * a_c)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        a_t + a_t[:, :3]
+
+
+def test_a_growing_kv_concatenation_along_a_middle_dim():
+    g = torch.Generator().manual_seed(3)
+    c = torch.randn(2, 2, 3, 4, generator=g)
+    t = c.to("tpu")
+    for _ in range(20):
+        n = torch.randn(2, 2, 1, 4, generator=g)
+        c, t = torch.cat([c, n], -2), torch.cat([t, n.to("tpu")], -2)
+        _same(t, c)
+        _same(t * 2 + 1, c * 2 + 1)
+        _same(t[:, :, -1:] - 1, c[:, :, -1:] - 1)
+    assert _padded(t)
+    _same(t.transpose(1, 2).contiguous(), c.transpose(1, 2).contiguous())
+    torch.testing.assert_close((t @ t.transpose(-1, -2)).softmax(-1).cpu(), (c @ c.transpose(-1, -2)).softmax(-1))
+
+
+def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    from torch_tpu.serving import tiny_model_config
+
+    torch.manual_seed(0)
+    cpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
+    tpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
+    tpu.load_state_dict(cpu.state_dict())
+    tpu = tpu.to("tpu")
+
+    def generate(model, ids, n):
+        kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=256,
+                  cache_implementation="static")
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(4))
+    generate(tpu, ids.to("tpu"), 8)  # warm
+    added = []
+    for n in (40, 56):  # prompt and output within the buckets up to 64
+        before = _programs()
+        out = generate(tpu, ids.to("tpu"), n)
+        added.append(_programs() - before)
+        assert torch.equal(out.cpu(), generate(cpu, ids, n))
+    # 16 more steps compile nothing more (a new cache size compiles the same few programs)
+    assert added[1] <= added[0], added
