@@ -2,6 +2,8 @@
 
 #include <c10/util/strides.h>
 
+#include <algorithm>
+#include <array>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -192,9 +194,9 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
   return true;
 }
 
-void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs) {
+void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Tensor& first) {
   if (!bucketing_enabled() || !r.defined() || r.dim() == 0 || r.numel() == 0 || !r.is_contiguous() ||
-      r.storage_offset() != 0 || r.is_complex()) {
+      r.storage_offset() != 0 || r.is_complex() || !first.defined()) {
     return;
   }
   dim = c10::maybe_wrap_dim(dim, r.dim());
@@ -208,15 +210,22 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs) {
       key += std::to_string(r.size(d));
     }
   }
+  // Per key, the storages of its last results (an address reused after a
+  // free at worst pads one result more).
   static std::mutex mu;
-  static std::unordered_map<std::string, int64_t> last;  // the last size along dim
+  static std::unordered_map<std::string, std::array<const void*, 8>> recent;
+  const void* onto = first.storage().unsafeGetStorageImpl();
+  bool grows = false;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (last.size() > 4096) last.clear();
-    auto [it, added] = last.emplace(key, r.size(dim));
-    const bool grew = !added && it->second != r.size(dim);
-    it->second = r.size(dim);
-    if (!grew) return;
+    if (recent.size() > 4096) recent.clear();
+    std::array<const void*, 8>& ring = recent[key];
+    grows = std::find(ring.begin(), ring.end(), onto) != ring.end();
+    if (!grows) {  // (a padded result is a new storage: recorded below)
+      std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
+      ring[0] = r.storage().unsafeGetStorageImpl();
+      return;
+    }
   }
   std::vector<bool> varying(r.dim());
   varying[dim] = true;

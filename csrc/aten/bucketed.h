@@ -86,9 +86,11 @@ at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vec
 // storage and dst covers its own storage; false otherwise.
 bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst);
 
-// A concatenation whose result keeps changing size along `dim` (the same
-// op, dtype and other sizes) gives a padded result, so that the next
-// concatenation onto it, and the ops reading it, run bucketed.
-void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs);
+// A concatenation onto one of its own recent results (the same dtype, dim,
+// input count and other sizes: a sequence grown step by step, as generate
+// grows input_ids, its attention mask and a KV cache) gives a padded result,
+// so that the next concatenation onto it, and the ops reading it, run
+// bucketed. `first` is the concatenation's first input.
+void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs, const at::Tensor& first);
 
 }  // namespace tpu

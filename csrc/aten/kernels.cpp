@@ -839,7 +839,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
 
 void pad_growing_concatenation(const Entry& e, const std::vector<c10::IValue>& args, std::vector<at::Tensor>& results) {
   if (e.functional == "aten::cat" && e.kind == VariantKind::Functional && results.size() == 1) {
-    pad_if_growing(results[0], args[1].toInt(), args[0].toListRef().size());
+    c10::ArrayRef<c10::IValue> inputs = args[0].toListRef();
+    if (!inputs.empty() && inputs[0].isTensor()) pad_if_growing(results[0], args[1].toInt(), inputs.size(), inputs[0].toTensor());
   }
 }
 

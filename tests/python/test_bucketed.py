@@ -137,14 +137,15 @@ def test_autograd_through_a_growing_concatenation():
     xs = [torch.randn(2, 3, generator=g, requires_grad=True) for _ in range(12)]
     xt = [x.detach().to("tpu").requires_grad_() for x in xs]
     c, t = xs[0], xt[0]
+    loss_c = loss_t = 0
     for k in range(1, 12):
         c = torch.cat([c, xs[k] * k], 1)
         t = torch.cat([t, xt[k] * k], 1)
-        c = c * 1.5
-        t = t * 1.5
+        loss_c = loss_c + (c * 1.5).sin().sum()
+        loss_t = loss_t + (t * 1.5).sin().sum()
     assert _padded(t)
-    (c.sin().sum()).backward()
-    (t.sin().sum()).backward()
+    loss_c.backward()
+    loss_t.backward()
     for a, b in zip(xt, xs):
         torch.testing.assert_close(a.grad.cpu(), b.grad)
 
@@ -206,3 +207,13 @@ def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
         assert torch.equal(out.cpu(), generate(cpu, ids, n))
     # 16 more steps compile nothing more (a new cache size compiles the same few programs)
     assert added[1] <= added[0], added
+
+
+def test_a_concatenation_of_other_tensors_stays_exact():
+    # A class token onto batches whose length varies is not a growing sequence.
+    cls = torch.zeros(2, 1, 4)
+    for n in (5, 9, 7, 12, 5):
+        x = torch.randn(2, n, 4)
+        t = torch.cat([cls.to("tpu"), x.to("tpu")], 1)
+        assert not _padded(t)
+        _same(t, torch.cat([cls, x], 1))
