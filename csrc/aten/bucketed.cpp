@@ -88,15 +88,31 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
     }
     return proxy->tensor;
   }
-  // Another view (the last position of a growing sequence): read at its
-  // strides and offset, which are run-time operands; its sizes are the
-  // proxy's (so a view whose sizes vary still compiles per size).
-  if (t.numel() > padded->type.numel()) {
-    usable_ = false;  // (an expanded view: its own sizes would be a large gather)
-    return t;
+  // Another view (the last position of a growing sequence, a transpose or
+  // an expansion of a growing tensor): read at its strides and offset, which
+  // are run-time operands. A dim of it that spans a varying dim of the
+  // storage's tensor (its size and contiguous stride) varies too: the proxy
+  // has the bucket's size there. Its other sizes are the proxy's (so a view
+  // whose sizes vary otherwise still compiles per size).
+  const std::vector<int64_t>& canon = padded->sizes;
+  const c10::DimVector cstrides = c10::contiguous_strides(canon);
+  std::vector<int64_t> sizes = t.sizes().vec();
+  uint64_t varying = 0;
+  for (int64_t k = 0; k < t.dim() && k < 64; ++k) {
+    for (size_t j = 0; j < canon.size(); ++j) {
+      if (canon[j] != padded->bounds[j] && canon[j] > 1 && t.size(k) == canon[j] && t.stride(k) == cstrides[j]) {
+        sizes[k] = padded->bounds[j];
+        varying |= uint64_t{1} << k;
+      }
+    }
   }
-  at::Tensor v = proxy->tensor.as_strided(t.sizes(), c10::contiguous_strides(t.sizes()), 0);
-  views_.emplace_back(v, t);
+  // (its own strides: contiguous, or 0 where that would pass the proxy's
+  // storage, as for an expansion; the program reads the actual ones)
+  int64_t numel = 1;
+  for (int64_t n : sizes) numel *= n;
+  const bool fits = numel <= padded->type.numel();
+  at::Tensor v = proxy->tensor.as_strided(sizes, fits ? c10::contiguous_strides(sizes) : c10::DimVector(sizes.size(), 0), 0);
+  views_.push_back({v, t, varying});
   return v;
 }
 
@@ -105,7 +121,8 @@ void BucketedOperands::describe(c10::List<int64_t>& key) const {
     for (size_t d = 0; d < p.padded->sizes.size(); ++d) key.push_back(p.padded->sizes[d] != p.padded->bounds[d]);
     key.push_back(-1);
   }
-  key.push_back(static_cast<int64_t>(views_.size()));
+  for (const View& v : views_) key.push_back(static_cast<int64_t>(v.varying));
+  key.push_back(-2);
 }
 
 std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, uint32_t globals,
@@ -127,7 +144,7 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
   }
   EagerProgram p(device_, &*sig);
   for (const Proxy& px : proxies_) p.dynamic_storage(px.tensor, px.padded->sizes);
-  for (const auto& [proxy, view] : views_) p.dynamic_view(proxy, view);
+  for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying);
   if (!build(p, *sig)) return std::nullopt;
   return p.run();
 }
@@ -237,9 +254,10 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
   const int64_t capacity = hlo::Type{v.type.dtype, bounds}.numel();
   flat = b.pad(flat, b.zeros(hlo::Type{v.type.dtype, {}}), {0}, {capacity - v.type.numel()});
   std::vector<pjrt::c::PJRT_Buffer*> raw{v.buffer->raw()};
-  count_built_program();
+  const std::string text = b.module({flat});
+  count_program_text(text);
   const int device = r.device().has_index() ? r.device().index() : 0;
-  pjrt::BufferPtr padded = exec::Runtime::get().run(b.module({flat}), raw, device)[0];
+  pjrt::BufferPtr padded = exec::Runtime::get().run(text, raw, device)[0];
   r = padded_tensor(make_padded(std::move(padded), r.scalar_type(), r.sizes().vec(), std::move(bounds), v.checks),
                     r.scalar_type(), device);
 }

@@ -71,7 +71,11 @@ class BucketedOperands {
   int device_;
   bool usable_ = true;
   std::vector<Proxy> proxies_;
-  std::vector<std::pair<at::Tensor, at::Tensor>> views_;  // (proxy, the view it stands for)
+  struct View {
+    at::Tensor proxy, view;  // (the view the proxy stands for)
+    uint64_t varying;        // the dims of the view that vary (the proxy has their bucket)
+  };
+  std::vector<View> views_;
 };
 
 // `v` leaving a bucketed program: a static flat value of `capacity`

@@ -361,6 +361,11 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(stride), device));
         break;
       }
+      case ParamSource::Kind::ViewSize: {
+        const int64_t n = arg_at(args, src).toTensor().size(src.part);
+        bound.args.push_back(scalar_operand(DType::I32, static_cast<uint64_t>(n), device));
+        break;
+      }
       case ParamSource::Kind::Size: {
         TORCH_CHECK(sizes != nullptr && src.index < static_cast<int>(sizes->size()),
                     "torch_tpu internal error: a bucketed program bound without its sizes");
@@ -431,8 +436,8 @@ void EagerProgram::dynamic_storage(const at::Tensor& proxy, std::vector<int64_t>
   dynamic_.push_back({proxy.storage().unsafeGetStorageImpl(), std::move(sizes), proxy.sizes().vec()});
 }
 
-void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view) {
-  dynamic_views_.emplace_back(proxy.unsafeGetTensorImpl(), view);
+void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying) {
+  dynamic_views_.push_back({proxy.unsafeGetTensorImpl(), view, varying});
 }
 
 // The padded value's prefix as a value of the proxy's (bucket) sizes whose
@@ -514,25 +519,32 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
   if (s.dynamic) {
     TORCH_CHECK(!s.written && !t.is_conj() && !t.is_neg() && b_->dtype(s.full) == dt,
                 "torch_tpu internal error: a bucketed operand read as ", t.scalar_type());
-    for (const auto& [impl, view] : dynamic_views_) {
-      if (impl != t.unsafeGetTensorImpl()) continue;
-      // Its strides and offset vary with the padded tensor's sizes: operands.
+    for (const DynamicView& dv : dynamic_views_) {
+      if (dv.proxy != t.unsafeGetTensorImpl()) continue;
+      // Its strides, offset and varying sizes are operands.
       if (pos.arg < 0) replayable_ = false;
-      auto operand = [&](ParamSource::Kind kind, int64_t value, int part) {
+      auto operand = [&](ParamSource::Kind kind, DType dtype, int64_t value, int part) {
         ParamSource src;
         src.kind = kind;
         src.index = pos.arg;
         src.element = pos.element;
         src.part = part;
-        src.dtype = DType::I64;
-        return add_param(Type{DType::I64, {}}, scalar_operand(DType::I64, static_cast<uint64_t>(value), device_), src);
+        src.dtype = dtype;
+        return add_param(Type{dtype, {}}, scalar_operand(dtype, static_cast<uint64_t>(value), device_), src);
       };
+      const at::Tensor& view = dv.view;
       std::vector<Value> strides(view.dim());
       for (int64_t k = 0; k < view.dim(); ++k) {
-        if (view.size(k) > 1) strides[k] = operand(ParamSource::Kind::Stride, view.stride(k), static_cast<int>(k));
+        if (t.size(k) > 1) strides[k] = operand(ParamSource::Kind::Stride, DType::I64, view.stride(k), static_cast<int>(k));
       }
-      Value offset = operand(ParamSource::Kind::Offset, view.storage_offset(), -1);
-      return exec::read_strided_at_run_time(*b_, s.flat, view.sizes().vec(), strides, offset);
+      Value offset = operand(ParamSource::Kind::Offset, DType::I64, view.storage_offset(), -1);
+      Value v = exec::read_strided_at_run_time(*b_, s.flat, t.sizes().vec(), strides, offset);
+      for (int64_t k = 0; k < view.dim(); ++k) {
+        if (dv.varying >> k & 1) {
+          v = b_->set_dimension_size(v, operand(ParamSource::Kind::ViewSize, DType::I32, view.size(k), static_cast<int>(k)), k);
+        }
+      }
+      return v;
     }
     TORCH_CHECK(t.storage_offset() == 0 && t.is_contiguous() && b_->dims(s.full) == t.sizes().vec(),
                 "torch_tpu internal error: a bucketed operand read through another view");

@@ -37,6 +37,7 @@ struct ParamSource {
     Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
     Size,      // size `element` of the tensor a bucketed program's storage group `index` holds
     Stride,    // stride `part` of the tensor at argument `index` (entry `element`)
+    ViewSize,  // size `part` of the tensor at argument `index` (entry `element`), i32
   };
   Kind kind = Kind::Constant;
   int index = -1;
@@ -134,10 +135,12 @@ class EagerProgram {
   // program reads it as a value of the proxy's sizes whose dims XLA knows to
   // hold `sizes` elements. Call before the proxy is read.
   void dynamic_storage(const at::Tensor& proxy, std::vector<int64_t> sizes);
-  // `proxy` (a tensor of `view`'s sizes on a dynamic_storage proxy's storage)
-  // stands for `view`, another view of the padded storage: read with its
-  // strides and offset as run-time operands (taken from the arguments).
-  void dynamic_view(const at::Tensor& proxy, const at::Tensor& view);
+  // `proxy` (a tensor on a dynamic_storage proxy's storage) stands for
+  // `view`, another view of the padded storage, of the same sizes except
+  // in the dims whose bit is set in `varying`, where the proxy has the
+  // bucket's: read with its strides, offset and varying sizes as run-time
+  // operands (taken from the arguments).
+  void dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying);
 
   // The value of `t` in the program: a tpu tensor of this program's device,
   // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
@@ -208,7 +211,12 @@ class EagerProgram {
   std::deque<Slot> slots_;  // stable references
   std::vector<std::pair<hlo::Value, std::string>> checks_;
   std::vector<Dynamic> dynamic_;  // see dynamic_storage
-  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> dynamic_views_;  // see dynamic_view
+  struct DynamicView {
+    const c10::TensorImpl* proxy;
+    at::Tensor view;
+    uint64_t varying;
+  };
+  std::vector<DynamicView> dynamic_views_;  // see dynamic_view
   bool replayable_ = true;
   std::vector<ProgramPlan::Resize> resizes_;
   std::vector<std::pair<hlo::Dims, std::vector<int64_t>>> layouts_;  // by result index (empty: contiguous)

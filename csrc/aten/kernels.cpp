@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -738,9 +739,10 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
 
 // ---- bucketed programs (bucketed.h) ----------------------------------------------------
 
-// The lowerings checked to run at bucket shapes: they only concatenate,
-// broadcast, select and combine elementwise (no slice of an operand's
-// dims, no count baked into a constant, no scan).
+// The lowerings checked to run at bucket shapes: they concatenate,
+// broadcast, select, combine elementwise, reduce and contract (XLA masks
+// the padding of reductions and contractions); none slices an operand's
+// dims, bakes a count into a constant, or scans.
 bool bucketable_op(const std::string& functional) {
   static const std::unordered_set<std::string> ops = {
       "aten::cat", "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar",
@@ -749,8 +751,16 @@ bool bucketable_op(const std::string& functional) {
       "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::logical_and",
       "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor",
       "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
-      "aten::neg", "aten::isin.Tensor_Tensor"};
+      "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf", "aten::isnan",
+      "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax", "aten::_log_softmax",
+      "aten::_safe_softmax", "aten::bmm", "aten::mm"};
   return ops.count(functional) != 0;
+}
+
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
 }
 
 // Runs a bucketable op at bucket shapes when an operand has a padded
@@ -792,15 +802,33 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   if (!bucket_meta || bucket_meta->size() != meta->size()) return false;
   c10::List<int64_t> described;
   ops.describe(described);
-  std::vector<std::vector<int64_t>> out_bounds;
+  // Per output: the order of its dims in memory (PyTorch's layout: a
+  // transpose's result keeps its input's order), its sizes in that order,
+  // and their bounds.
+  std::vector<std::vector<int64_t>> out_perm, out_sizes, out_bounds;
   for (size_t k = 0; k < meta->size(); ++k) {
     const at::Tensor& m = (*meta)[k];
     const at::Tensor& bm = (*bucket_meta)[k];
-    if (!m.is_contiguous() || m.dim() != bm.dim() || m.scalar_type() != bm.scalar_type()) return false;
-    std::vector<bool> varying(m.dim());
-    for (int64_t d = 0; d < m.dim(); ++d) varying[d] = m.size(d) != bm.size(d);
-    out_bounds.push_back(bounds_of(m.sizes(), varying));
+    if (m.dim() != bm.dim() || m.scalar_type() != bm.scalar_type() || !m.is_non_overlapping_and_dense()) return false;
+    std::vector<int64_t> perm(m.dim());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) { return m.stride(x) > m.stride(y); });
+    std::vector<int64_t> sizes, bucket_sizes;
+    std::vector<bool> varying;
+    for (int64_t d : perm) {
+      sizes.push_back(m.size(d));
+      bucket_sizes.push_back(bm.size(d));
+      varying.push_back(m.size(d) != bm.size(d));
+    }
+    if (at::empty(sizes, at::TensorOptions().device(at::kMeta)).permute(inverse_permutation(perm)).strides() !=
+        m.strides()) {
+      return false;  // (dims of size 1 in an order the sort cannot tell)
+    }
+    out_bounds.push_back(bounds_of(sizes, varying));
     for (int64_t b : out_bounds.back()) described.push_back(b);
+    for (int64_t d : perm) described.push_back(d);
+    out_perm.push_back(std::move(perm));
+    out_sizes.push_back(std::move(sizes));
   }
   pargs.emplace_back(std::move(described));  // (keys the plan; not an argument of the op)
 
@@ -823,6 +851,7 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
               b.dtype(outputs[k]) != to_hlo(bm.scalar_type())) {
             return false;
           }
+          if (!std::is_sorted(out_perm[k].begin(), out_perm[k].end())) outputs[k] = b.transpose(outputs[k], out_perm[k]);
           outputs[k] = padded_exit(b, outputs[k], hlo::Type{b.dtype(outputs[k]), out_bounds[k]}.numel());
         }
         std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
@@ -831,7 +860,10 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
       });
   if (!results) return false;
   for (size_t k = 0; k < results->size(); ++k) {
-    (*results)[k] = bucketed_result((*results)[k], (*meta)[k].sizes(), std::move(out_bounds[k]), device);
+    (*results)[k] = bucketed_result((*results)[k], out_sizes[k], std::move(out_bounds[k]), device);
+    if (!std::is_sorted(out_perm[k].begin(), out_perm[k].end())) {
+      (*results)[k] = (*results)[k].permute(inverse_permutation(out_perm[k]));
+    }
   }
   push_returns(stack, op.schema(), e, args, std::move(*results));
   return true;

@@ -1,4 +1,5 @@
 #include "csrc/aten/op_memo.h"
+#include "csrc/exec/executable_cache.h"
 
 #include <c10/core/DefaultDtype.h>
 
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tpu {
 
@@ -272,5 +274,14 @@ OpMemoStats op_memo_stats() {
 }
 
 void count_built_program() { ++g_built; }
+
+void count_program_text(const std::string& text) {
+  static std::mutex mu;
+  static std::unordered_set<uint64_t> seen;
+  const uint64_t f = exec::fingerprint64(text);
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.size() > 65536) seen.clear();
+  if (seen.insert(f).second) ++g_built;
+}
 
 }  // namespace tpu

@@ -91,5 +91,8 @@ struct OpMemoStats {
 };
 OpMemoStats op_memo_stats();
 void count_built_program();
+// Counts a program built outside the memo (a padding's) the first time its
+// text is seen.
+void count_program_text(const std::string& text);
 
 }  // namespace tpu

@@ -318,8 +318,9 @@ TpuStorage::Value TpuStorage::raw_value() const {
   hlo::Value flat = b.param(padded->type);
   hlo::Value exact = b.slice_dim(flat, 0, 0, n);
   std::vector<pjrt::c::PJRT_Buffer*> raw{padded->buffer->raw()};
-  count_built_program();
-  pjrt::BufferPtr buffer = exec::Runtime::get().run(b.module({exact}), raw, device_)[0];
+  const std::string text = b.module({exact});
+  count_program_text(text);
+  pjrt::BufferPtr buffer = exec::Runtime::get().run(text, raw, device_)[0];
   std::lock_guard<std::mutex> lock(mu_);
   if (padded_ == padded && !value_.buffer) {
     value_.buffer = std::move(buffer);

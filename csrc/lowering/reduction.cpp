@@ -338,6 +338,24 @@ std::vector<Value> lower_cum_extreme(Context& c, bool is_max) {
 }
 
 // softmax family: computed in opmath, max-subtracted.
+// (log_)softmax of x (in its opmath type) along dim.
+Value softmax_along(Builder& b, Value x, int64_t dim, bool log) {
+  const Dims sizes = b.dims(x);
+  if (sizes.empty()) {  // one entry: x - max(x) is 0, or NaN for an infinite or NaN x
+    Value shifted = b.sub(x, x);
+    return log ? shifted : b.unary("stablehlo.exponential", shifted);
+  }
+  Dims bdims;
+  for (int64_t i = 0; i < static_cast<int64_t>(sizes.size()); ++i) if (i != dim) bdims.push_back(i);
+  // As on the CPU, an infinite maximum (a +inf entry, or a row of -inf)
+  // makes the row NaN.
+  Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
+  Value shifted = b.sub(x, b.broadcast_in_dim(m, sizes, bdims));
+  Value e = b.unary("stablehlo.exponential", shifted);
+  Value s = b.broadcast_in_dim(sum_over(b, e, {dim}), sizes, bdims);
+  return log ? b.sub(shifted, b.unary("stablehlo.log", s)) : b.div(e, s);
+}
+
 std::vector<Value> lower_softmax(Context& c, bool log) {
   const TensorInfo& in = c.args.info(0);
   TORCH_CHECK_NOT_IMPLEMENTED(!is_integral(in.dtype), "\"", log ? "log_softmax" : "softmax",
@@ -347,20 +365,28 @@ std::vector<Value> lower_softmax(Context& c, bool log) {
   const at::ScalarType out = half_to_float ? at::kFloat : in.dtype;
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(in.dtype));
-  if (in.dim() == 0) {  // one entry: x - max(x) is 0, or NaN for an infinite or NaN x
-    Value shifted = b.sub(x, x);
-    return one(cast(b, log ? shifted : b.unary("stablehlo.exponential", shifted), out));
+  return one(cast(b, softmax_along(b, x, in.dim() == 0 ? 0 : dim, log), out));
+}
+
+// _safe_softmax(self, dim, dtype): softmax (in `dtype` where given), except
+// that a row of -inf gives zeros, not NaN (attention over a fully masked
+// row). One program instead of PyTorch's five-op decomposition.
+std::vector<Value> lower_safe_softmax(Context& c) {
+  const TensorInfo& in = c.args.info(0);
+  const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
+  const at::ScalarType out = c.args.opt_scalar_type(2).value_or(in.dtype);
+  TORCH_CHECK_NOT_IMPLEMENTED(!is_integral(out), "\"softmax_lastdim_kernel_impl\" not implemented for '",
+                              c10::toString(out), "'");
+  Builder& b = c.b;
+  Value x = cast(b, cast(b, c.args.tensor(0), out), opmath_type(out));
+  Value r = cast(b, softmax_along(b, x, in.dim() == 0 ? 0 : dim, false), out);
+  Value masked = b.compare(Cmp::EQ, x, b.broadcast_to(b.constant(-INFINITY, b.dtype(x)), b.dims(x)));
+  if (in.dim() > 0) {
+    Dims bdims;
+    for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
+    masked = b.broadcast_in_dim(b.reduce(masked, b.constant_bool(true), {dim}, "stablehlo.and"), in.sizes, bdims);
   }
-  Dims bdims;
-  for (int64_t i = 0; i < in.dim(); ++i) if (i != dim) bdims.push_back(i);
-  // As on the CPU, an infinite maximum (a +inf entry, or a row of -inf)
-  // makes the row NaN.
-  Value m = b.reduce(x, b.lowest(b.dtype(x)), {dim}, "stablehlo.maximum");
-  Value shifted = b.sub(x, b.broadcast_in_dim(m, in.sizes, bdims));
-  Value e = b.unary("stablehlo.exponential", shifted);
-  Value s = b.broadcast_in_dim(sum_over(b, e, {dim}), in.sizes, bdims);
-  Value r = log ? b.sub(shifted, b.unary("stablehlo.log", s)) : b.div(e, s);
-  return one(cast(b, r, out));
+  return one(b.select(masked, b.zeros(b.type(r)), r));
 }
 
 // _softmax_backward_data(grad_output, output, dim, input_dtype)
@@ -747,6 +773,7 @@ TPU_LOWERINGS(reduction) {
   reg("aten::cummax", [](Context& c) { return lower_cum_extreme(c, true); });
   reg("aten::cummin", [](Context& c) { return lower_cum_extreme(c, false); });
   reg("aten::_softmax", [](Context& c) { return lower_softmax(c, false); });
+  reg("aten::_safe_softmax", lower_safe_softmax);
   reg("aten::_log_softmax", [](Context& c) { return lower_softmax(c, true); });
   reg("aten::_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, false); });
   reg("aten::_log_softmax_backward_data", [](Context& c) { return lower_softmax_backward(c, true); });

@@ -138,3 +138,29 @@ def test_errors():
         F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(5, 5, device="tpu"), is_causal=True)
     # the process is fine afterwards
     assert_same(F.scaled_dot_product_attention(q, q, q), F.scaled_dot_product_attention(q.cpu(), q.cpu(), q.cpu()))
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float64, torch.bfloat16])
+def test_safe_softmax_zeroes_fully_masked_rows_as_cpu(dtype):
+    """torch._safe_softmax (Transformers' eager attention over masked rows):
+    one program; a row of -inf gives zeros, others CPU's softmax, in `dtype`."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 7, generator=g)
+    x[1, 2, :] = float("-inf")
+    x[0, 0, 3] = float("-inf")
+    x[2, :, 4] = float("inf")
+    for dim in (0, 1, 2, -1):
+        want = torch._safe_softmax(x, dim, dtype)
+        got = torch._safe_softmax(x.to("tpu"), dim, dtype)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    half = x.half()
+    torch.testing.assert_close(torch._safe_softmax(half.to("tpu"), -1, dtype).cpu(), torch._safe_softmax(half, -1, dtype),
+                               equal_nan=True)
+    assert torch.equal(torch._safe_softmax(torch.tensor(2.0).to("tpu"), 0).cpu(), torch._safe_softmax(torch.tensor(2.0), 0))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        torch._safe_softmax(torch.ones(3, dtype=torch.long).to("tpu"), 0)
+    a, b = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    torch._safe_softmax(a, -1).pow(2).sum().backward()
+    torch._safe_softmax(b, -1).pow(2).sum().backward()
+    torch.testing.assert_close(b.grad.cpu(), a.grad, equal_nan=True)

@@ -180,7 +180,37 @@ def test_a_growing_kv_concatenation_along_a_middle_dim():
     torch.testing.assert_close((t @ t.transpose(-1, -2)).softmax(-1).cpu(), (c @ c.transpose(-1, -2)).softmax(-1))
 
 
-def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
+def test_attention_over_a_growing_kv_cache_compiles_once_per_bucket():
+    """Grouped-query attention as Transformers' eager path runs it over a
+    DynamicCache: the K and V concatenations, their expansion to every head,
+    the scores, softmax and the weighted sum."""
+    g = torch.Generator().manual_seed(5)
+    b, kv, rep, d = 2, 2, 2, 16
+
+    def attend(q, k, v):
+        k = k[:, :, None].expand(b, kv, rep, k.shape[2], d).reshape(b, kv * rep, k.shape[2], d)
+        v = v[:, :, None].expand(b, kv, rep, v.shape[2], d).reshape(b, kv * rep, v.shape[2], d)
+        w = torch.nn.functional.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.25, dim=-1, dtype=torch.float32)
+        return torch.matmul(w, v), w
+
+    kc, vc = torch.randn(b, kv, 3, d, generator=g), torch.randn(b, kv, 3, d, generator=g)
+    kt, vt = kc.to("tpu"), vc.to("tpu")
+    counts = []
+    for step in range(30):
+        before = _programs()
+        nk, nv = torch.randn(b, kv, 1, d, generator=g), torch.randn(b, kv, 1, d, generator=g)
+        q = torch.randn(b, kv * rep, 1, d, generator=g)
+        kc, vc = torch.cat([kc, nk], 2), torch.cat([vc, nv], 2)
+        kt, vt = torch.cat([kt, nk.to("tpu")], 2), torch.cat([vt, nv.to("tpu")], 2)
+        (ot, wt), (oc, wc) = attend(q.to("tpu"), kt, vt), attend(q, kc, vc)
+        counts.append(_programs() - before)
+        _same(ot, oc, exact=False)
+        _same(wt, wc, exact=False)
+    assert _padded(kt) and _padded(wt)
+    assert sum(counts[4:12]) == 0 and sum(counts[14:28]) == 0, counts  # (lengths 8-15 and 18-31)
+
+
+def _hf_models():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
     from torch_tpu.serving import tiny_model_config
@@ -189,7 +219,31 @@ def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
     cpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
     tpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
     tpu.load_state_dict(cpu.state_dict())
-    tpu = tpu.to("tpu")
+    return cpu, tpu.to("tpu")
+
+
+def test_hf_generate_with_the_dynamic_cache_compiles_nothing_per_step():
+    cpu, tpu = _hf_models()
+
+    def generate(model, ids, n):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, pad_token_id=256)
+
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(4))
+    added = []
+    for n in (40, 56, 12):
+        before = _programs()
+        out = generate(tpu, ids.to("tpu"), n)
+        added.append(_programs() - before)
+        assert torch.equal(out.cpu(), generate(cpu, ids, n))
+    # after 40 steps (lengths up to 47: buckets up to 64), 56 steps (lengths
+    # up to 63) compile almost nothing, and 12 steps nothing
+    assert added[1] <= 5 and added[2] == 0, added
+
+
+def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
+    cpu, tpu = _hf_models()
 
     def generate(model, ids, n):
         kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=256,
