@@ -3,8 +3,10 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 
@@ -18,7 +20,13 @@ namespace tpu {
 using hlo::Value;
 using lowering::to_hlo;
 
-bool bucketing_enabled() { return !current_executor().fused() && op_memo_enabled(); }
+bool bucketing_enabled() {
+  static const bool on = [] {  // TORCH_TPU_BUCKETING=0 turns it off (every size compiles, as before)
+    const char* v = std::getenv("TORCH_TPU_BUCKETING");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on && !current_executor().fused() && op_memo_enabled();
+}
 
 int64_t bucket_of(int64_t n) {
   int64_t b = 16;
@@ -86,6 +94,10 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
     for (size_t d = 0; d < padded->sizes.size(); ++d) {
       if (padded->sizes[d] != padded->bounds[d] && padded->sizes[d] <= 1) usable_ = false;
     }
+    const c10::TensorImpl* whole = proxy->tensor.unsafeGetTensorImpl();
+    if (std::none_of(dim_symbols_.begin(), dim_symbols_.end(), [&](const auto& e) { return e.first == whole; })) {
+      dim_symbols_.emplace_back(whole, note_dims(padded->sizes, padded->bounds));
+    }
     return proxy->tensor;
   }
   // Another view (the last position of a growing sequence, a transpose or
@@ -106,14 +118,53 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
       }
     }
   }
-  // (its own strides: contiguous, or 0 where that would pass the proxy's
-  // storage, as for an expansion; the program reads the actual ones)
-  int64_t numel = 1;
-  for (int64_t n : sizes) numel *= n;
-  const bool fits = numel <= padded->type.numel();
-  at::Tensor v = proxy->tensor.as_strided(sizes, fits ? c10::contiguous_strides(sizes) : c10::DimVector(sizes.size(), 0), 0);
+  // Its own strides: dense, in the order of the view's (so that PyTorch's
+  // layout rules see a transpose as a transpose), 0 where the view's are;
+  // the program reads the actual ones.
+  std::vector<int64_t> order(t.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return t.stride(x) < t.stride(y); });
+  std::vector<int64_t> strides(t.dim(), 0);
+  int64_t next = 1;
+  for (int64_t d : order) {
+    if (t.stride(d) == 0 && t.size(d) > 1) continue;
+    strides[d] = next;
+    next *= sizes[d];
+  }
+  if (next > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
+  at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
   views_.push_back({v, t, varying});
+  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes));
   return v;
+}
+
+std::vector<int> BucketedOperands::note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket) {
+  std::vector<int> out(actual.size(), -1);
+  for (size_t d = 0; d < actual.size(); ++d) {
+    if (actual[d] == bucket[d]) continue;
+    size_t s = 0;
+    while (s < symbols_.size() && symbols_[s].actual != actual[d]) ++s;
+    if (s == symbols_.size()) symbols_.push_back({actual[d], bucket[d]});
+    out[d] = static_cast<int>(s);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> BucketedOperands::probe_sizes(const at::Tensor& proxy, size_t symbol) const {
+  for (const auto& [impl, dims] : dim_symbols_) {
+    if (impl != proxy.unsafeGetTensorImpl()) continue;
+    std::vector<int64_t> sizes = proxy.sizes().vec();
+    bool any = false;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] == static_cast<int>(symbol)) {
+        sizes[d] -= 1;
+        any = true;
+      }
+    }
+    if (any) return sizes;
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void BucketedOperands::describe(c10::List<int64_t>& key) const {
@@ -123,6 +174,10 @@ void BucketedOperands::describe(c10::List<int64_t>& key) const {
   }
   for (const View& v : views_) key.push_back(static_cast<int64_t>(v.varying));
   key.push_back(-2);
+  for (const auto& [impl, dims] : dim_symbols_) {
+    for (int s : dims) key.push_back(s);
+    key.push_back(-3);
+  }
 }
 
 std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, uint32_t globals,

@@ -25,8 +25,8 @@ namespace tpu {
 
 class OpSignature;
 
-// Whether bucketed programs run now: strict and debug eager, op memo on.
-// (Fused eager records every size as before.)
+// Whether bucketed programs run now: strict and debug eager, op memo on,
+// TORCH_TPU_BUCKETING not 0. (Fused eager records every size as before.)
 bool bucketing_enabled();
 
 // A dim's bucket: the next power of two above it (at least 16). Strictly
@@ -50,8 +50,20 @@ class BucketedOperands {
   bool any() const { return !proxies_.empty(); }
   // Every replaced operand can be read in a bucketed program.
   bool usable() const { return usable_; }
-  // What tells the programs of these proxies apart beyond their signature.
+  // What tells the programs of these proxies apart beyond their signature:
+  // which dims vary, and which of them have equal actual sizes.
   void describe(c10::List<int64_t>& key) const;
+
+  // The varying sizes: distinct actual sizes of the varying dims ("symbols",
+  // in order of appearance), each with its bucket.
+  struct Symbol {
+    int64_t actual, bound;
+  };
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  // The sizes a proxy would have with the dims of `symbol` one below their
+  // bucket (shape inference probes how outputs vary); nullopt for a tensor
+  // that is no proxy or has none of them.
+  std::optional<std::vector<int64_t>> probe_sizes(const at::Tensor& proxy, size_t symbol) const;
   // Runs the bucketed program of the call keyed by `key` (the proxies and
   // whatever else tells programs apart; `tag` names the op): the plan kept
   // for it, bound to the `actual` arguments (same positions: a view's
@@ -76,6 +88,10 @@ class BucketedOperands {
     uint64_t varying;        // the dims of the view that vary (the proxy has their bucket)
   };
   std::vector<View> views_;
+  std::vector<Symbol> symbols_;
+  // Per proxy tensor (a whole or a view): the symbol of each dim, -1 static.
+  std::vector<std::pair<const c10::TensorImpl*, std::vector<int>>> dim_symbols_;
+  std::vector<int> note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket);
 };
 
 // `v` leaving a bucketed program: a static flat value of `capacity`

@@ -763,6 +763,117 @@ std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
   return inv;
 }
 
+// What PyTorch's meta kernel says of a bucketed call's outputs, found once
+// per bucketed signature: at the bucket sizes, and how each output dim
+// moves when each varying size does (probing each one below its bucket).
+// The whitelisted ops' output sizes are sums of input sizes, so an output
+// at the actual sizes is its bucket size less, per varying size, its slope
+// times the size's distance to its bucket. (Null: the call cannot run
+// bucketed, e.g. an operand of an actual size meets a padded one.)
+struct BucketShapes {
+  struct Output {
+    at::ScalarType dtype;
+    std::vector<int64_t> perm;          // dims in memory order (PyTorch's layout)
+    std::vector<int64_t> bucket_sizes;  // at the bucket sizes, in logical order
+    std::vector<int64_t> sizes;         // the same, in memory order
+    std::vector<std::vector<int64_t>> slopes;  // [memory-order dim][symbol]
+  };
+  std::vector<Output> outputs;
+};
+
+std::vector<c10::IValue> probe_args(const std::vector<c10::IValue>& pargs, const BucketedOperands& ops, size_t symbol) {
+  auto meta = [&](const at::Tensor& t) -> at::Tensor {
+    std::optional<std::vector<int64_t>> sizes;
+    if (t.defined() && is_tpu(t)) sizes = ops.probe_sizes(t, symbol);
+    if (!sizes) return to_meta(t).toTensor();
+    std::vector<int64_t> strides(t.dim(), 0);  // dense in t's order, 0 kept
+    std::vector<int64_t> order(t.dim());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return t.stride(x) < t.stride(y); });
+    int64_t next = 1;
+    for (int64_t d : order) {
+      if (t.stride(d) == 0 && t.size(d) > 1) continue;
+      strides[d] = next;
+      next *= (*sizes)[d];
+    }
+    return at::empty_strided(*sizes, strides, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+  };
+  std::vector<c10::IValue> out;
+  for (const c10::IValue& v : pargs) {
+    if (v.isTensor()) {
+      out.emplace_back(meta(v.toTensor()));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : v.toTensorVector()) l.push_back(meta(t));
+      out.emplace_back(std::move(l));
+    } else {
+      out.push_back(to_meta(v));
+    }
+  }
+  return out;
+}
+
+std::shared_ptr<const BucketShapes> bucket_shapes(const Entry& e, const c10::OperatorHandle& op,
+                                                  const std::vector<c10::IValue>& pargs, const c10::List<int64_t>& described,
+                                                  const BucketedOperands& ops) {
+  std::vector<c10::IValue> keyed = pargs;
+  keyed.emplace_back(described);
+  const std::optional<OpSignature> sig = signature_for(&e.bucketed_tag, lowering_globals(), keyed);
+  if (!sig) return nullptr;
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const BucketShapes>> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(sig->key());
+    if (it != known.end()) return it->second;
+  }
+  auto run_meta = [&](const std::vector<c10::IValue>& margs) -> std::optional<std::vector<at::Tensor>> {
+    torch::jit::Stack ms(margs.begin(), margs.end());
+    try {
+      op.callBoxed(ms);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    std::vector<at::Tensor> out;
+    for (const c10::IValue& v : ms) for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
+    return out;
+  };
+  auto shapes = std::make_shared<BucketShapes>();
+  const std::optional<std::vector<at::Tensor>> at_bucket = run_meta(probe_args(pargs, ops, ops.symbols().size()));
+  bool ok = at_bucket.has_value();
+  for (size_t k = 0; ok && k < at_bucket->size(); ++k) {
+    const at::Tensor& m = (*at_bucket)[k];
+    BucketShapes::Output o;
+    o.dtype = m.scalar_type();
+    o.bucket_sizes = m.sizes().vec();
+    o.perm.resize(m.dim());
+    std::iota(o.perm.begin(), o.perm.end(), 0);
+    std::stable_sort(o.perm.begin(), o.perm.end(), [&](int64_t x, int64_t y) { return m.stride(x) > m.stride(y); });
+    for (int64_t d : o.perm) o.sizes.push_back(m.size(d));
+    // (a layout that is not a dense permutation, or one the sort cannot tell)
+    ok = m.is_non_overlapping_and_dense() &&
+         at::empty(o.sizes, at::TensorOptions().device(at::kMeta)).permute(inverse_permutation(o.perm)).strides() ==
+             m.strides();
+    o.slopes.assign(m.dim(), std::vector<int64_t>(ops.symbols().size(), 0));
+    shapes->outputs.push_back(std::move(o));
+  }
+  for (size_t s = 0; ok && s < ops.symbols().size(); ++s) {
+    const std::optional<std::vector<at::Tensor>> probed = run_meta(probe_args(pargs, ops, s));
+    ok = probed && probed->size() == at_bucket->size();
+    for (size_t k = 0; ok && k < probed->size(); ++k) {
+      BucketShapes::Output& o = shapes->outputs[k];
+      const at::Tensor& m = (*probed)[k];
+      ok = m.dim() == static_cast<int64_t>(o.perm.size()) && m.scalar_type() == o.dtype;
+      for (size_t d = 0; ok && d < o.perm.size(); ++d) o.slopes[d][s] = o.sizes[d] - m.size(o.perm[d]);
+    }
+  }
+  std::shared_ptr<const BucketShapes> result = ok ? shapes : nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (known.size() > 16384) known.clear();
+  known.emplace(sig->key(), result);
+  return result;
+}
+
 // Runs a bucketable op at bucket shapes when an operand has a padded
 // storage; false when it cannot (the op then runs as usual, on exact values).
 bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int device,
@@ -785,49 +896,25 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
     }
   }
   if (!ops.any() || !ops.usable()) return false;
-  // PyTorch's shapes at the actual sizes and at the bucket's: an output dim
-  // that differs varies with the sizes.
-  std::optional<std::vector<at::Tensor>> meta, bucket_meta;
-  try {
-    meta = run_on_meta(op, args);
-  } catch (const std::exception&) {
-    return false;  // invalid arguments: the usual path raises CPU's error
-  }
-  if (!meta) return false;
-  try {
-    bucket_meta = run_on_meta(op, pargs);
-  } catch (const std::exception&) {
-    return false;  // an operand of an actual size meets a padded one (a broadcast)
-  }
-  if (!bucket_meta || bucket_meta->size() != meta->size()) return false;
   c10::List<int64_t> described;
   ops.describe(described);
-  // Per output: the order of its dims in memory (PyTorch's layout: a
-  // transpose's result keeps its input's order), its sizes in that order,
-  // and their bounds.
-  std::vector<std::vector<int64_t>> out_perm, out_sizes, out_bounds;
-  for (size_t k = 0; k < meta->size(); ++k) {
-    const at::Tensor& m = (*meta)[k];
-    const at::Tensor& bm = (*bucket_meta)[k];
-    if (m.dim() != bm.dim() || m.scalar_type() != bm.scalar_type() || !m.is_non_overlapping_and_dense()) return false;
-    std::vector<int64_t> perm(m.dim());
-    std::iota(perm.begin(), perm.end(), 0);
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) { return m.stride(x) > m.stride(y); });
-    std::vector<int64_t> sizes, bucket_sizes;
-    std::vector<bool> varying;
-    for (int64_t d : perm) {
-      sizes.push_back(m.size(d));
-      bucket_sizes.push_back(bm.size(d));
-      varying.push_back(m.size(d) != bm.size(d));
-    }
-    if (at::empty(sizes, at::TensorOptions().device(at::kMeta)).permute(inverse_permutation(perm)).strides() !=
-        m.strides()) {
-      return false;  // (dims of size 1 in an order the sort cannot tell)
+  const std::shared_ptr<const BucketShapes> shapes = bucket_shapes(e, op, pargs, described, ops);
+  if (!shapes) return false;
+  // Per output: its sizes at the actual sizes (in memory order), and bounds.
+  const std::vector<BucketedOperands::Symbol>& symbols = ops.symbols();
+  std::vector<std::vector<int64_t>> out_sizes, out_bounds;
+  for (const BucketShapes::Output& o : shapes->outputs) {
+    std::vector<int64_t> sizes = o.sizes;
+    std::vector<bool> varying(sizes.size());
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      for (size_t k = 0; k < symbols.size(); ++k) {
+        sizes[d] -= o.slopes[d][k] * (symbols[k].bound - symbols[k].actual);
+        varying[d] = varying[d] || o.slopes[d][k] != 0;
+      }
+      if (sizes[d] < 0) return false;
     }
     out_bounds.push_back(bounds_of(sizes, varying));
     for (int64_t b : out_bounds.back()) described.push_back(b);
-    for (int64_t d : perm) described.push_back(d);
-    out_perm.push_back(std::move(perm));
     out_sizes.push_back(std::move(sizes));
   }
   pargs.emplace_back(std::move(described));  // (keys the plan; not an argument of the op)
@@ -843,15 +930,15 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
         } catch (const std::exception&) {
           return false;  // (the usual path raises the error, or runs the op)
         }
-        if (a.data_dependent() || outputs.size() != meta->size()) return false;
+        if (a.data_dependent() || outputs.size() != shapes->outputs.size()) return false;
         hlo::Builder& b = p.builder();
         for (size_t k = 0; k < outputs.size(); ++k) {
-          const at::Tensor& bm = (*bucket_meta)[k];
-          if (!outputs[k].valid() || b.dims(outputs[k]) != bm.sizes().vec() ||
-              b.dtype(outputs[k]) != to_hlo(bm.scalar_type())) {
+          const BucketShapes::Output& o = shapes->outputs[k];
+          if (!outputs[k].valid() || b.dims(outputs[k]) != o.bucket_sizes || b.dtype(outputs[k]) != to_hlo(o.dtype)) {
             return false;
           }
-          if (!std::is_sorted(out_perm[k].begin(), out_perm[k].end())) outputs[k] = b.transpose(outputs[k], out_perm[k]);
+          const std::vector<int64_t>& perm = shapes->outputs[k].perm;
+          if (!std::is_sorted(perm.begin(), perm.end())) outputs[k] = b.transpose(outputs[k], perm);
           outputs[k] = padded_exit(b, outputs[k], hlo::Type{b.dtype(outputs[k]), out_bounds[k]}.numel());
         }
         std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
@@ -861,9 +948,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   if (!results) return false;
   for (size_t k = 0; k < results->size(); ++k) {
     (*results)[k] = bucketed_result((*results)[k], out_sizes[k], std::move(out_bounds[k]), device);
-    if (!std::is_sorted(out_perm[k].begin(), out_perm[k].end())) {
-      (*results)[k] = (*results)[k].permute(inverse_permutation(out_perm[k]));
-    }
+    const std::vector<int64_t>& perm = shapes->outputs[k].perm;
+    if (!std::is_sorted(perm.begin(), perm.end())) (*results)[k] = (*results)[k].permute(inverse_permutation(perm));
   }
   push_returns(stack, op.schema(), e, args, std::move(*results));
   return true;
