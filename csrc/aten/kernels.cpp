@@ -828,15 +828,11 @@ std::shared_ptr<const BucketShapes> bucket_shapes(const Entry& e, const c10::Ope
     if (it != known.end()) return it->second;
   }
   auto run_meta = [&](const std::vector<c10::IValue>& margs) -> std::optional<std::vector<at::Tensor>> {
-    torch::jit::Stack ms(margs.begin(), margs.end());
     try {
-      op.callBoxed(ms);
+      return run_on_meta(op, margs);  // (meta arguments pass through to_meta)
     } catch (const std::exception&) {
       return std::nullopt;
     }
-    std::vector<at::Tensor> out;
-    for (const c10::IValue& v : ms) for_each_tensor(v, [&](const at::Tensor& t) { out.push_back(t); });
-    return out;
   };
   auto shapes = std::make_shared<BucketShapes>();
   const std::optional<std::vector<at::Tensor>> at_bucket = run_meta(probe_args(pargs, ops, ops.symbols().size()));
