@@ -268,7 +268,8 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
 
 void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Tensor& first) {
   if (!bucketing_enabled() || !r.defined() || r.dim() == 0 || r.numel() == 0 || !r.is_contiguous() ||
-      r.storage_offset() != 0 || r.is_complex() || !first.defined()) {
+      r.storage_offset() != 0 || r.is_complex() || !first.defined() ||
+      first.device().type() != c10::DeviceType::PrivateUse1) {
     return;
   }
   dim = c10::maybe_wrap_dim(dim, r.dim());
@@ -282,20 +283,17 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
       key += std::to_string(r.size(d));
     }
   }
-  // Per key, the storages of its last results (an address reused after a
-  // free at worst pads one result more).
+  // Per key, the storages of its last results.
   static std::mutex mu;
-  static std::unordered_map<std::string, std::array<const void*, 8>> recent;
-  const void* onto = first.storage().unsafeGetStorageImpl();
-  bool grows = false;
+  static std::unordered_map<std::string, std::array<uint64_t, 8>> recent;
+  const uint64_t onto = storage_of(first).serial();
   {
     std::lock_guard<std::mutex> lock(mu);
     if (recent.size() > 4096) recent.clear();
-    std::array<const void*, 8>& ring = recent[key];
-    grows = std::find(ring.begin(), ring.end(), onto) != ring.end();
-    if (!grows) {  // (a padded result is a new storage: recorded below)
+    std::array<uint64_t, 8>& ring = recent[key];
+    if (std::find(ring.begin(), ring.end(), onto) == ring.end()) {  // (a padded result is a new storage)
       std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
-      ring[0] = r.storage().unsafeGetStorageImpl();
+      ring[0] = storage_of(r).serial();
       return;
     }
   }

@@ -10,6 +10,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <map>
 #include <vector>
 
@@ -302,6 +303,11 @@ at::Tensor tensor_from_deferred(exec::DeferredPtr value, c10::IntArrayRef sizes,
   at::Tensor t = strides.empty() ? empty_tpu(sizes, dtype, device) : empty_strided_tpu(sizes, strides, dtype, device);
   storage_of(t).set_deferred(std::move(value), std::move(checks));
   return t;
+}
+
+uint64_t TpuStorage::next_serial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 TpuStorage::Value TpuStorage::raw_value() const {

@@ -23,9 +23,11 @@ void note_materialized_write();
 
 class TpuStorage {
  public:
-  TpuStorage(size_t nbytes, int device) : nbytes_(nbytes), device_(device) {}
+  TpuStorage(size_t nbytes, int device) : nbytes_(nbytes), device_(device), serial_(next_serial()) {}
 
   size_t nbytes() const { return nbytes_; }
+  // Unique to this storage in the process (an address may be reused).
+  uint64_t serial() const { return serial_; }
   int device() const { return device_; }
 
   // A consistent snapshot of the device value. `buffer` is null while the
@@ -86,9 +88,11 @@ class TpuStorage {
   }
 
  private:
+  static uint64_t next_serial();
   mutable std::mutex mu_;
   size_t nbytes_;
   int device_;
+  uint64_t serial_;
   mutable Value value_;
   std::shared_ptr<const Padded> padded_;
 };
