@@ -271,3 +271,18 @@ def test_a_concatenation_of_other_tensors_stays_exact():
         t = torch.cat([cls.to("tpu"), x.to("tpu")], 1)
         assert not _padded(t)
         _same(t, torch.cat([cls, x], 1))
+
+
+def test_copies_and_casts_of_growing_tensors_and_their_views():
+    seqs = list(_grow(torch.int64, 14))
+    t, c = seqs[-1]
+    assert _padded(t)
+    for got, want in [(t.float(), c.float()), (t.to(torch.bool), c.to(torch.bool)), (t.clone(), c.clone()),
+                      (t.T.contiguous(), c.T.contiguous()), (t[:, -3:].double(), c[:, -3:].double()),
+                      (t[:, None].expand(3, 2, t.shape[1]).clone(), c[:, None].expand(3, 2, c.shape[1]).clone()),
+                      (torch.where(t > 0, t, torch.zeros(3, 1, dtype=torch.long).to("tpu")),
+                       torch.where(c > 0, c, torch.zeros(3, 1, dtype=torch.long)))]:
+        _same(got, want)
+    t[:, -1:] += 5
+    c[:, -1:] += 5
+    _same(t, c)
