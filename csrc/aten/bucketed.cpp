@@ -118,9 +118,18 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
       }
     }
   }
-  // Its own strides: dense, in the order of the view's (so that PyTorch's
-  // layout rules see a transpose as a transpose), 0 where the view's are;
-  // the program reads the actual ones.
+  // Its own strides keep the view's layout; the program reads the actual ones.
+  std::vector<int64_t> strides = dense_strides_like(t, sizes);
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) extent += (sizes[d] - 1) * strides[d];
+  if (extent > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
+  at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
+  views_.push_back({v, t, varying});
+  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes));
+  return v;
+}
+
+std::vector<int64_t> dense_strides_like(const at::Tensor& t, c10::IntArrayRef sizes) {
   std::vector<int64_t> order(t.dim());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return t.stride(x) < t.stride(y); });
@@ -131,11 +140,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
     strides[d] = next;
     next *= sizes[d];
   }
-  if (next > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
-  at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
-  views_.push_back({v, t, varying});
-  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes));
-  return v;
+  return strides;
 }
 
 std::vector<int> BucketedOperands::note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket) {

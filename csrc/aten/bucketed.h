@@ -36,6 +36,11 @@ int64_t bucket_of(int64_t n);
 // The bounds of a tensor of `sizes` whose dims in `varying` vary.
 std::vector<int64_t> bounds_of(c10::IntArrayRef sizes, const std::vector<bool>& varying);
 
+// Strides for a tensor of `sizes` laid out densely in the order of t's
+// strides (0 kept where t is expanded): a proxy for a view of t keeps its
+// layout (so PyTorch's layout rules see a transpose as one).
+std::vector<int64_t> dense_strides_like(const at::Tensor& t, c10::IntArrayRef sizes);
+
 // The operands of one bucketed call: each tensor on a padded storage is
 // replaced by a proxy (a tensor of the bucket's sizes holding the padded
 // value, or a tensor of a view's sizes standing for that view), which the

@@ -786,17 +786,8 @@ std::vector<c10::IValue> probe_args(const std::vector<c10::IValue>& pargs, const
     std::optional<std::vector<int64_t>> sizes;
     if (t.defined() && is_tpu(t)) sizes = ops.probe_sizes(t, symbol);
     if (!sizes) return to_meta(t).toTensor();
-    std::vector<int64_t> strides(t.dim(), 0);  // dense in t's order, 0 kept
-    std::vector<int64_t> order(t.dim());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return t.stride(x) < t.stride(y); });
-    int64_t next = 1;
-    for (int64_t d : order) {
-      if (t.stride(d) == 0 && t.size(d) > 1) continue;
-      strides[d] = next;
-      next *= (*sizes)[d];
-    }
-    return at::empty_strided(*sizes, strides, at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+    return at::empty_strided(*sizes, dense_strides_like(t, *sizes),
+                             at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
   };
   std::vector<c10::IValue> out;
   for (const c10::IValue& v : pargs) {
