@@ -191,15 +191,8 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
                                                              const Build& build) const {
   const std::optional<OpSignature> sig = signature_for(tag, globals, key);
   if (!sig) return std::nullopt;
-  std::vector<std::vector<int64_t>> sizes;  // the actual sizes per storage group (Size parameters)
-  for (const Proxy& p : proxies_) {
-    const int g = sig->group_of(p.tensor.storage().unsafeGetStorageImpl());
-    if (g < 0) return std::nullopt;
-    if (sizes.size() <= static_cast<size_t>(g)) sizes.resize(g + 1);
-    sizes[g] = p.padded->sizes;
-  }
   if (std::shared_ptr<const ProgramPlan> kept = find_plan(*sig, key)) {
-    BoundProgram bound = bind_plan(*kept, *sig, actual, device_, &sizes);
+    BoundProgram bound = bind_plan(*kept, *sig, actual, device_);
     return launch(kept, bound, device_);
   }
   EagerProgram p(device_, &*sig);

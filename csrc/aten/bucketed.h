@@ -71,8 +71,8 @@ class BucketedOperands {
   std::optional<std::vector<int64_t>> probe_sizes(const at::Tensor& proxy, size_t symbol) const;
   // Runs the bucketed program of the call keyed by `key` (the proxies and
   // whatever else tells programs apart; `tag` names the op): the plan kept
-  // for it, bound to the `actual` arguments (same positions: a view's
-  // strides and offset are read there), or the one `build` makes on the
+  // for it, bound to the `actual` arguments (same positions: the sizes,
+  // strides and offsets of what the proxies stand for are read there), or the one `build` makes on the
   // program it is given (it calls finish() and keep_plan(), or returns
   // false when the op cannot run bucketed). Its results, or nullopt.
   using Build = std::function<bool(EagerProgram& p, const OpSignature& sig)>;

@@ -317,8 +317,7 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
       [&](const pjrt::BufferPtr& b, const std::string& message) { return rt.add_check(device, b, message, wait); });
 }
 
-BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device,
-                       const std::vector<std::vector<int64_t>>* sizes) {
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device) {
   for (const ProgramPlan::Resize& r : plan.resizes) {
     const c10::IValue& a = args[r.arg];
     at::native::resize_output((r.element >= 0 ? a.toListRef()[r.element] : a).toTensor(), r.sizes);
@@ -366,13 +365,6 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         bound.args.push_back(scalar_operand(DType::I32, static_cast<uint64_t>(n), device));
         break;
       }
-      case ParamSource::Kind::Size: {
-        TORCH_CHECK(sizes != nullptr && src.index < static_cast<int>(sizes->size()),
-                    "torch_tpu internal error: a bucketed program bound without its sizes");
-        const int64_t n = (*sizes)[src.index].at(src.element);
-        bound.args.push_back(scalar_operand(DType::I32, static_cast<uint64_t>(n), device));
-        break;
-      }
     }
   }
   bound.written.reserve(plan.written.size());
@@ -417,7 +409,7 @@ EagerProgram::Slot& EagerProgram::slot_for(const at::Tensor& t) {
     s.flat = s.type.dims.size() == 1 ? p : b_->reshape(p, {s.type.numel()});
     s.flat_dtype = s.type.dtype;
     for (const Dynamic& d : dynamic_) {
-      if (d.storage == impl) s.full = dynamic_entry(s, d);
+      if (d.storage == impl) s.dynamic = &d;
     }
   } else {
     // Never written: zeros, in the dtype of the first access.
@@ -444,13 +436,14 @@ void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view,
 // dims XLA knows to hold `sizes`: the flat value's run-time length is set,
 // reshaped at run time to `sizes` (bounded by the bucket), then given the
 // static type every lowering works with.
-Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn) {
+Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn, ArgPosition pos) {
   hlo::Builder& b = *b_;
   const hlo::Dims& bounds = dyn.bounds;
   const std::vector<int64_t>& sizes = dyn.sizes;
   const int64_t capacity = Type{s.type.dtype, bounds}.numel();
   TORCH_CHECK(s.type.dims.size() == 1 && s.type.dims[0] == capacity,
               "torch_tpu internal error: a padded value of ", s.type.str(), " for bucket ", bounds);
+  if (pos.arg < 0) replayable_ = false;
   Type bounded{s.type.dtype, bounds};
   std::vector<Value> dims;
   Value numel = b.constant_int(1, DType::I32);
@@ -458,23 +451,28 @@ Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn) {
     Value n;
     if (sizes[d] == bounds[d]) {
       n = b.constant_int(bounds[d], DType::I32);
-    } else {
-      ParamSource src;
-      src.kind = ParamSource::Kind::Size;
-      src.index = s.group;
-      src.element = static_cast<int>(d);
-      src.dtype = DType::I32;
-      n = add_param(Type{DType::I32, {}}, scalar_operand(DType::I32, static_cast<uint64_t>(sizes[d]), device_), src);
+    } else {  // the size of the argument the proxy stands for
+      n = view_operand(ParamSource::Kind::ViewSize, DType::I32, sizes[d], pos, static_cast<int>(d));
       bounded.bounded |= uint64_t{1} << d;
     }
     numel = b.mul(numel, n);
     dims.push_back(b.reshape(n, {1}));
   }
-  if (s.group < 0) replayable_ = false;
-  s.dynamic = true;
   Value flat = b.set_dimension_size(s.flat, numel, 0);
   Value shape = dims.size() == 1 ? dims[0] : b.concatenate(dims, 0);
   return b.retype(b.dynamic_reshape(flat, shape, bounded), Type{s.type.dtype, bounds});
+}
+
+// A run-time operand read from the tensor argument at `pos` (a bucketed
+// operand's size, stride or offset).
+Value EagerProgram::view_operand(ParamSource::Kind kind, DType dtype, int64_t value, ArgPosition pos, int part) {
+  ParamSource src;
+  src.kind = kind;
+  src.index = pos.arg;
+  src.element = pos.element;
+  src.part = part;
+  src.dtype = dtype;
+  return add_param(Type{dtype, {}}, scalar_operand(dtype, static_cast<uint64_t>(value), device_), src);
 }
 
 Value EagerProgram::flat_as(Slot& s, DType dtype) {
@@ -517,38 +515,30 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
   const DType dt = to_hlo(t.scalar_type());
   const Type& st = s.type;
   if (s.dynamic) {
-    TORCH_CHECK(!s.written && !t.is_conj() && !t.is_neg() && b_->dtype(s.full) == dt,
+    TORCH_CHECK(!s.written && !t.is_conj() && !t.is_neg() && s.type.dtype == dt,
                 "torch_tpu internal error: a bucketed operand read as ", t.scalar_type());
     for (const DynamicView& dv : dynamic_views_) {
       if (dv.proxy != t.unsafeGetTensorImpl()) continue;
       // Its strides, offset and varying sizes are operands.
       if (pos.arg < 0) replayable_ = false;
-      auto operand = [&](ParamSource::Kind kind, DType dtype, int64_t value, int part) {
-        ParamSource src;
-        src.kind = kind;
-        src.index = pos.arg;
-        src.element = pos.element;
-        src.part = part;
-        src.dtype = dtype;
-        return add_param(Type{dtype, {}}, scalar_operand(dtype, static_cast<uint64_t>(value), device_), src);
-      };
       const at::Tensor& view = dv.view;
       std::vector<Value> strides(view.dim());
       for (int64_t k = 0; k < view.dim(); ++k) {
-        if (t.size(k) > 1) strides[k] = operand(ParamSource::Kind::Stride, DType::I64, view.stride(k), static_cast<int>(k));
+        if (t.size(k) > 1) strides[k] = view_operand(ParamSource::Kind::Stride, DType::I64, view.stride(k), pos, k);
       }
-      Value offset = operand(ParamSource::Kind::Offset, DType::I64, view.storage_offset(), -1);
+      Value offset = view_operand(ParamSource::Kind::Offset, DType::I64, view.storage_offset(), pos, -1);
       Value v = exec::read_strided_at_run_time(*b_, s.flat, t.sizes().vec(), strides, offset);
       for (int64_t k = 0; k < view.dim(); ++k) {
         if (dv.varying >> k & 1) {
-          v = b_->set_dimension_size(v, operand(ParamSource::Kind::ViewSize, DType::I32, view.size(k), static_cast<int>(k)), k);
+          v = b_->set_dimension_size(v, view_operand(ParamSource::Kind::ViewSize, DType::I32, view.size(k), pos, k), k);
         }
       }
       return v;
     }
-    TORCH_CHECK(t.storage_offset() == 0 && t.is_contiguous() && b_->dims(s.full) == t.sizes().vec(),
+    if (!s.full_dynamic.valid()) s.full_dynamic = dynamic_entry(s, *s.dynamic, pos);
+    TORCH_CHECK(t.storage_offset() == 0 && t.is_contiguous() && b_->dims(s.full_dynamic) == t.sizes().vec(),
                 "torch_tpu internal error: a bucketed operand read through another view");
-    return s.full;
+    return s.full_dynamic;
   }
   Value v;
   if (!s.written && s.param >= 0 && st.dtype == dt && t.storage_offset() == 0 && t.numel() == st.numel() &&

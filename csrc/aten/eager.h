@@ -35,7 +35,6 @@ struct ParamSource {
     Constant,  // `bits`
     Rng,       // a fresh key from the Generator at argument `index` (-1: the default one)
     Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
-    Size,      // size `element` of the tensor a bucketed program's storage group `index` holds
     Stride,    // stride `part` of the tensor at argument `index` (entry `element`)
     ViewSize,  // size `part` of the tensor at argument `index` (entry `element`), i32
   };
@@ -102,10 +101,8 @@ struct BoundProgram {
 std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& plan, BoundProgram& bound, int device);
 
 // Bind `plan` to the arguments of another call with the same signature
-// (resizing its out= tensors as the plan's first call did). A bucketed
-// program's Size parameters come from `sizes` (per storage group).
-BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device,
-                       const std::vector<std::vector<int64_t>>* sizes = nullptr);
+// (resizing its out= tensors as the plan's first call did).
+BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::ArrayRef<c10::IValue> args, int device);
 
 // The value of storage `s` as a program operand: deferred values stay in
 // fused eager's graph; others are materialized (running that graph).
@@ -130,10 +127,11 @@ class EagerProgram {
 
   // Bucketed programs (docs/bounded_dynamism.md): `proxy` is a contiguous
   // tensor of bucket sizes whose storage holds a padded value (the flat
-  // buffer of those sizes' element count); at run time it holds a tensor of
-  // `sizes` (those differing from the proxy's are run-time operands). The
-  // program reads it as a value of the proxy's sizes whose dims XLA knows to
-  // hold `sizes` elements. Call before the proxy is read.
+  // buffer of those sizes' element count) of a tensor of `sizes`, the
+  // argument the proxy stands for (its sizes that differ from the proxy's
+  // are run-time operands). The program reads it as a value of the proxy's
+  // sizes whose dims XLA knows to hold `sizes` elements. Call before the
+  // proxy is read.
   void dynamic_storage(const at::Tensor& proxy, std::vector<int64_t> sizes);
   // `proxy` (a tensor on a dynamic_storage proxy's storage) stands for
   // `view`, another view of the padded storage, of the same sizes except
@@ -178,6 +176,10 @@ class EagerProgram {
   void resized(ArgPosition pos, std::vector<int64_t> sizes);
 
  private:
+  struct Dynamic {  // a dynamic_storage call
+    const c10::StorageImpl* storage;
+    std::vector<int64_t> sizes, bounds;
+  };
   struct Slot {
     c10::Storage storage;      // keeps the storage alive while we run
     TpuStorage* tpu = nullptr;
@@ -189,15 +191,13 @@ class EagerProgram {
     hlo::Value full;           // the storage value as received, or as last written densely
     hlo::Value received;       // the storage value as received (invalid: not a parameter)
     bool written = false;
-    bool dynamic = false;      // a bucketed operand (dynamic_storage)
-  };
-  struct Dynamic {  // a dynamic_storage call
-    const c10::StorageImpl* storage;
-    std::vector<int64_t> sizes, bounds;
+    const Dynamic* dynamic = nullptr;  // a bucketed operand (dynamic_storage)
+    hlo::Value full_dynamic;   // its full view, made on first read
   };
   Slot& slot_for(const at::Tensor& t);
   hlo::Value stored_value(const Slot& s);
-  hlo::Value dynamic_entry(Slot& s, const Dynamic& d);
+  hlo::Value dynamic_entry(Slot& s, const Dynamic& d, ArgPosition pos);
+  hlo::Value view_operand(ParamSource::Kind kind, hlo::DType dtype, int64_t value, ArgPosition pos, int part);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);
   hlo::Value apply_math_bits(const at::Tensor& t, hlo::Value v);
@@ -210,7 +210,7 @@ class EagerProgram {
   std::vector<ParamSource> sources_;
   std::deque<Slot> slots_;  // stable references
   std::vector<std::pair<hlo::Value, std::string>> checks_;
-  std::vector<Dynamic> dynamic_;  // see dynamic_storage
+  std::deque<Dynamic> dynamic_;  // see dynamic_storage (stable references)
   struct DynamicView {
     const c10::TensorImpl* proxy;
     at::Tensor view;
