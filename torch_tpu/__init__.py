@@ -244,9 +244,11 @@ def flush() -> None:
 
 
 def fused_stats() -> dict[str, int]:
-    """Fused eager: programs recorded, and fused programs run (flushes)."""
-    recorded, flushes = (int(v) for v in _ops.fused_stats())
-    return {"recorded": recorded, "flushes": flushes}
+    """Fused eager: programs recorded, fused programs run (flushes), and the
+    distinct fused programs among them (graphs: each is compiled once, or
+    found in the executable cache)."""
+    recorded, flushes, graphs = (int(v) for v in _ops.fused_stats())
+    return {"recorded": recorded, "flushes": flushes, "graphs": graphs}
 
 
 def fused_max_ops() -> int:

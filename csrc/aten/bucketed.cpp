@@ -25,7 +25,9 @@ bool bucketing_enabled() {
     const char* v = std::getenv("TORCH_TPU_BUCKETING");
     return v == nullptr || std::string(v) != "0";
   }();
-  return on && !current_executor().fused() && op_memo_enabled();
+  // (A torch.compile capture binds its graph's operands again by origin:
+  // it sees every size.)
+  return on && current_executor().mode() != exec::ExecutionMode::Capture && op_memo_enabled();
 }
 
 int64_t bucket_of(int64_t n) {
@@ -56,15 +58,17 @@ at::Tensor padded_tensor(std::shared_ptr<TpuStorage::Padded> padded, at::ScalarT
   return t;
 }
 
-std::shared_ptr<TpuStorage::Padded> make_padded(pjrt::BufferPtr buffer, at::ScalarType dtype,
-                                                std::vector<int64_t> sizes, std::vector<int64_t> bounds,
-                                                exec::Checks checks) {
+// `v` (flat, of `bounds`' element count; maybe deferred) as the padded
+// value of a tensor of `sizes`.
+std::shared_ptr<TpuStorage::Padded> make_padded(TpuStorage::Value v, std::vector<int64_t> sizes,
+                                                std::vector<int64_t> bounds) {
   auto p = std::make_shared<TpuStorage::Padded>();
-  p->type = hlo::Type{to_hlo(dtype), {hlo::Type{to_hlo(dtype), bounds}.numel()}};
-  p->buffer = std::move(buffer);
+  p->type = std::move(v.type);
+  p->buffer = std::move(v.buffer);
+  p->deferred = std::move(v.deferred);
   p->sizes = std::move(sizes);
   p->bounds = std::move(bounds);
-  p->checks = std::move(checks);
+  p->checks = std::move(v.checks);
   return p;
 }
 
@@ -84,8 +88,10 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
     if (p.storage == impl) proxy = &p;
   }
   if (proxy == nullptr) {
-    at::Tensor whole = tensor_from_buffer(padded->buffer, padded->type, padded->bounds, t.scalar_type(), device_, {},
-                                          padded->checks);
+    at::Tensor whole = padded->deferred ? tensor_from_deferred(padded->deferred, padded->bounds, t.scalar_type(),
+                                                               device_, {}, padded->checks)
+                                        : tensor_from_buffer(padded->buffer, padded->type, padded->bounds,
+                                                             t.scalar_type(), device_, {}, padded->checks);
     proxies_.push_back({impl, padded, whole});
     proxy = &proxies_.back();
   }
@@ -219,9 +225,8 @@ Value padded_exit(hlo::Builder& b, Value v, int64_t capacity) {
 
 at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device) {
   if (bounds == sizes.vec()) return r.view(sizes);
-  TpuStorage::Value v = storage_of(r).raw_value();
-  return padded_tensor(make_padded(v.buffer, r.scalar_type(), sizes.vec(), std::move(bounds), v.checks),
-                       r.scalar_type(), device);
+  return padded_tensor(make_padded(storage_of(r).raw_value(), sizes.vec(), std::move(bounds)), r.scalar_type(),
+                       device);
 }
 
 bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
@@ -259,7 +264,11 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
     storage_of(dst).set_padded(padded);
   } else {
     TpuStorage::Value v = from.raw_value();
-    storage_of(dst).set_value(v.buffer, v.type, v.checks);
+    if (v.deferred) {
+      storage_of(dst).set_deferred(std::move(v.deferred), std::move(v.checks));
+    } else {
+      storage_of(dst).set_value(std::move(v.buffer), std::move(v.type), std::move(v.checks));
+    }
   }
   return true;
 }
@@ -299,17 +308,13 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
   varying[dim] = true;
   std::vector<int64_t> bounds = bounds_of(r.sizes(), varying);
   TpuStorage::Value v = storage_of(r).raw_value();
-  if (!v.buffer) return;
-  hlo::Builder b;
-  Value flat = b.reshape(b.param(v.type), {v.type.numel()});
+  if (!v.buffer && !v.deferred) return;
+  auto b = std::make_shared<hlo::Builder>();
+  Value flat = b->reshape(b->param(v.type), {v.type.numel()});
   const int64_t capacity = hlo::Type{v.type.dtype, bounds}.numel();
-  flat = b.pad(flat, b.zeros(hlo::Type{v.type.dtype, {}}), {0}, {capacity - v.type.numel()});
-  std::vector<pjrt::c::PJRT_Buffer*> raw{v.buffer->raw()};
-  const std::string text = b.module({flat});
-  count_program_text(text);
+  flat = b->pad(flat, b->zeros(hlo::Type{v.type.dtype, {}}), {0}, {capacity - v.type.numel()});
   const int device = r.device().has_index() ? r.device().index() : 0;
-  pjrt::BufferPtr padded = exec::Runtime::get().run(text, raw, device)[0];
-  r = padded_tensor(make_padded(std::move(padded), r.scalar_type(), r.sizes().vec(), std::move(bounds), v.checks),
+  r = padded_tensor(make_padded(apply_program(b, flat, v, device), r.sizes().vec(), std::move(bounds)),
                     r.scalar_type(), device);
 }
 

@@ -25,8 +25,9 @@ namespace tpu {
 
 class OpSignature;
 
-// Whether bucketed programs run now: strict and debug eager, op memo on,
-// TORCH_TPU_BUCKETING not 0. (Fused eager records every size as before.)
+// Whether bucketed programs run now: in every eager mode (fused eager
+// records them, and padded values are deferred there), with the op memo on
+// and TORCH_TPU_BUCKETING not 0; not in a torch.compile capture.
 bool bucketing_enabled();
 
 // A dim's bucket: the next power of two above it (at least 16). Strictly

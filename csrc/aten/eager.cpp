@@ -372,6 +372,39 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
   return bound;
 }
 
+exec::FunctionPtr function_of(const std::shared_ptr<const hlo::Builder>& b, const std::vector<Value>& outputs,
+                              uint64_t fingerprint) {
+  char name[24];
+  std::snprintf(name, sizeof(name), "op_%016llx", static_cast<unsigned long long>(fingerprint));
+  auto function = std::make_shared<exec::Function>();
+  function->fingerprint = fingerprint;
+  function->name = name;
+  for (Value v : outputs) function->results.push_back(b->type(v));
+  // (made only if a fused graph calling it must be compiled)
+  function->text = [b, name = function->name, outputs] { return b->function(name, outputs); };
+  return function;
+}
+
+TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, Value out, const TpuStorage::Value& in,
+                                int device) {
+  const std::string text = b->module({out});
+  count_program_text(text);
+  TpuStorage::Value r{nullptr, b->type(out), nullptr, in.checks};
+  if (in.deferred) {
+    const uint64_t fingerprint = exec::fingerprint64(text);
+    std::vector<exec::DeferredPtr> outs = exec::DeferredGraph::record_beside(
+        in.deferred, function_of(b, {out}, fingerprint), {{nullptr, in.deferred, in.type, {}}});
+    if (!outs.empty()) {
+      r.deferred = std::move(outs[0]);
+      return r;
+    }
+  }
+  pjrt::BufferPtr buffer = in.deferred ? in.deferred->resolve() : in.buffer;
+  std::vector<pjrt::c::PJRT_Buffer*> raw{buffer->raw()};
+  r.buffer = exec::Runtime::get().run(text, raw, device)[0];
+  return r;
+}
+
 // ---- building ------------------------------------------------------------------------
 
 EagerProgram::EagerProgram(int device, const OpSignature* sig)
@@ -662,17 +695,7 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
   for (Value v : plan->outputs) plan->output_types.push_back(b_->type(v));
   plan->text = b_->module(plan->outputs);
   plan->fingerprint = exec::fingerprint64(plan->text);
-  char name[24];
-  std::snprintf(name, sizeof(name), "op_%016llx", static_cast<unsigned long long>(plan->fingerprint));
-  auto function = std::make_shared<exec::Function>();
-  function->fingerprint = plan->fingerprint;
-  function->name = name;
-  function->results = plan->output_types;
-  // (made only if a fused graph calling it must be compiled)
-  function->text = [builder = b_, name = function->name, outputs = plan->outputs] {
-    return builder->function(name, outputs);
-  };
-  plan->function = std::move(function);
+  plan->function = function_of(b_, plan->outputs, plan->fingerprint);
   plan->params = std::move(sources_);
   plan->resizes = std::move(resizes_);
   plan->replayable = replayable_;

@@ -111,6 +111,17 @@ TpuStorage::Value operand_value(TpuStorage& s, int device);
 // A fresh key of `device`'s default generator as a program operand.
 exec::ProgramArg rng_key_operand(int device);
 
+// The program of `b` returning `outputs` (its text's fingerprint given) as
+// a function that fused graphs call.
+exec::FunctionPtr function_of(const std::shared_ptr<const hlo::Builder>& b, const std::vector<hlo::Value>& outputs,
+                              uint64_t fingerprint);
+
+// `b`'s one-parameter program returning `out`, applied to `in`: recorded in
+// the fused graph that `in` still waits in (its result waits there too),
+// else run now. (The paddings of bucketed programs: bucketed.h.)
+TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, hlo::Value out,
+                                const TpuStorage::Value& in, int device);
+
 // Where an argument tensor sits in the op's arguments (for CPU scalars).
 struct ArgPosition {
   int arg = -1, element = -1;

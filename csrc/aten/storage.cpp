@@ -1,5 +1,6 @@
 #include "csrc/aten/storage.h"
 #include "csrc/exec/runtime.h"
+#include "csrc/aten/eager.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/hlo/builder.h"
 
@@ -314,25 +315,18 @@ TpuStorage::Value TpuStorage::raw_value() const {
   std::shared_ptr<const Padded> padded;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!padded_ || value_.buffer) return value_;
+    if (!padded_ || value_.buffer || value_.deferred) return value_;
     padded = padded_;
   }
-  // The exact value: the padded value's prefix (a program per size; made
-  // outside our lock, kept unless the storage was written meanwhile).
+  // The exact value: the padded value's prefix (a program per size, or a
+  // call recorded beside the padded value in fused eager; made outside our
+  // lock, kept unless the storage was written meanwhile).
   const int64_t n = static_cast<int64_t>(nbytes_) / hlo::byte_width(padded->type.dtype);
-  hlo::Builder b;
-  hlo::Value flat = b.param(padded->type);
-  hlo::Value exact = b.slice_dim(flat, 0, 0, n);
-  std::vector<pjrt::c::PJRT_Buffer*> raw{padded->buffer->raw()};
-  const std::string text = b.module({exact});
-  count_program_text(text);
-  pjrt::BufferPtr buffer = exec::Runtime::get().run(text, raw, device_)[0];
+  auto b = std::make_shared<hlo::Builder>();
+  const hlo::Value exact = b->slice_dim(b->param(padded->type), 0, 0, n);
+  Value v = apply_program(b, exact, {padded->buffer, padded->type, padded->deferred, padded->checks}, device_);
   std::lock_guard<std::mutex> lock(mu_);
-  if (padded_ == padded && !value_.buffer) {
-    value_.buffer = std::move(buffer);
-    value_.type = hlo::Type{padded->type.dtype, {n}};
-    value_.checks = padded->checks;
-  }
+  if (padded_ == padded && !value_.buffer && !value_.deferred) value_ = std::move(v);
   return value_;
 }
 

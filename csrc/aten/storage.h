@@ -71,6 +71,7 @@ class TpuStorage {
   // exact value (raw_value() slices the prefix once).
   struct Padded {
     pjrt::BufferPtr buffer;
+    exec::DeferredPtr deferred;   // instead of `buffer` in fused eager
     hlo::Type type;               // {dtype, {prod(bounds)}}
     std::vector<int64_t> sizes;   // the contiguous tensor the storage holds
     std::vector<int64_t> bounds;  // per dim: its bucket, or its size where static
@@ -81,7 +82,7 @@ class TpuStorage {
     return padded_;
   }
   void set_padded(std::shared_ptr<const Padded> p) {
-    note_materialized_write();
+    if (p->buffer) note_materialized_write();
     std::lock_guard<std::mutex> lock(mu_);
     value_ = Value{};
     padded_ = std::move(p);

@@ -17,6 +17,8 @@ namespace tpu::exec {
 namespace {
 std::atomic<int64_t> g_recorded{0};
 std::atomic<int64_t> g_flushes{0};
+std::mutex g_structures_mu;
+std::unordered_set<uint64_t> g_structures;  // fingerprints of the structures run
 
 void append_type(std::string& out, const hlo::Type& t) { t.append_to(out); }
 
@@ -41,7 +43,10 @@ size_t DeferredGraph::max_programs() {
   return n;
 }
 
-DeferredStats DeferredGraph::stats() { return {g_recorded.load(), g_flushes.load()}; }
+DeferredStats DeferredGraph::stats() {
+  std::lock_guard<std::mutex> lock(g_structures_mu);
+  return {g_recorded.load(), g_flushes.load(), static_cast<int64_t>(g_structures.size())};
+}
 
 size_t DeferredGraph::size() const {
   std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -93,6 +98,15 @@ std::vector<DeferredPtr> DeferredGraph::record(const FunctionPtr& fn, const std:
   ++g_recorded;
   if (!capture_ && rec_.calls.size() >= max_programs()) flush_locked();
   return out;
+}
+
+std::vector<DeferredPtr> DeferredGraph::record_beside(const DeferredPtr& waiting, const FunctionPtr& fn,
+                                                      const std::vector<ProgramArg>& args) {
+  // (Should that graph run meanwhile, it still records the call, reading
+  // the value's buffer, and runs it with its next recording.)
+  DeferredGraph* g = waiting ? waiting->graph_ : nullptr;
+  if (g == nullptr) return {};
+  return g->record(fn, args);
 }
 
 std::vector<FunctionPtr> DeferredGraph::functions(const Recording& r) {
@@ -265,6 +279,10 @@ void DeferredGraph::flush_locked() {
   raw.reserve(r.params.size());
   for (const auto& p : r.params) raw.push_back(p->raw());
   ++g_flushes;
+  {
+    std::lock_guard<std::mutex> lock(g_structures_mu);
+    g_structures.insert(fingerprint64(key));
+  }
   std::vector<pjrt::BufferPtr> outs;
   try {
     outs = runtime_.run(key, build_text, raw, device_);

@@ -113,6 +113,7 @@ struct CapturedFunction {
 struct DeferredStats {
   int64_t recorded = 0;  // programs recorded
   int64_t flushes = 0;   // fused programs run
+  int64_t graphs = 0;    // distinct structures among them (each compiled once, whatever the cache holds)
 };
 
 class DeferredGraph {
@@ -127,6 +128,10 @@ class DeferredGraph {
   // `fn->text` is called only if the graph's program must be compiled (the
   // executable cache misses).
   std::vector<DeferredPtr> record(const FunctionPtr& fn, const std::vector<ProgramArg>& args);
+  // Records `fn` on `args` in the graph that `waiting` still waits in (one
+  // of the args, say); empty when it waits in none.
+  static std::vector<DeferredPtr> record_beside(const DeferredPtr& waiting, const FunctionPtr& fn,
+                                                const std::vector<ProgramArg>& args);
   // A device-side check (rank-0 pred) verified after the graph ran.
   // (The check is the guard of the values computed from it: device_check.h.)
   std::shared_ptr<DeviceCheck> add_check(DeferredPtr ok, std::string message);

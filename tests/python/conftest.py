@@ -112,7 +112,7 @@ MODE_POLICY = {
     "test_quant.py":       (2, 4),
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
-    "test_bucketed.py":    ("none", "all"),   # bucketed programs: strict and debug eager only
+    "test_bucketed.py":    ("all", "all"),
 }
 
 

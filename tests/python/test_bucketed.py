@@ -9,8 +9,8 @@ import torch
 
 import torch_tpu
 
-# Bucketed programs run in strict and debug eager; fused eager records every
-# size as before (conftest.py's MODE_POLICY skips this file there).
+# Bucketed programs run in every eager mode: fused eager records them, and
+# the padded values wait in its graph like any other.
 
 
 def _programs():
@@ -240,6 +240,36 @@ def test_hf_generate_with_the_dynamic_cache_compiles_nothing_per_step():
     # after 40 steps (lengths up to 47: buckets up to 64), 56 steps (lengths
     # up to 63) compile almost nothing, and 12 steps nothing
     assert added[1] <= 5 and added[2] == 0, added
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_hf_generate_in_fused_eager_compiles_nothing_per_step(cache):
+    # Fused eager runs each decode step as one program: its structure (the
+    # ops recorded, at their bucket shapes) is the same for every step of a
+    # bucket, so it is compiled once per bucket, not once per length.
+    cpu, tpu = _hf_models()
+    kw = dict(do_sample=False, pad_token_id=256)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+
+    def generate(model, ids, n):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, **kw)
+
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(4))
+    graphs = []
+    with torch_tpu.execution_mode("fused"):
+        generate(tpu, ids.to("tpu"), 40)  # buckets up to 64
+        for n in (56, 56, 56, 12, 12):
+            before = torch_tpu.fused_stats()["graphs"]
+            out = generate(tpu, ids.to("tpu"), n)
+            graphs.append(torch_tpu.fused_stats()["graphs"] - before)
+            assert torch.equal(out.cpu(), generate(cpu, ids, n))
+    # 16 more steps than before (within the bucket) add only what a new
+    # static cache size needs (its first generate records more than the
+    # next) or the last step's program; repeats add nothing
+    bound = 12 if cache == "static" else 2
+    assert graphs[0] <= bound and graphs[2] == 0 and graphs[3] <= bound and graphs[4] == 0, graphs
 
 
 def test_hf_generate_with_a_static_cache_compiles_nothing_per_step():
