@@ -72,6 +72,54 @@ std::shared_ptr<TpuStorage::Padded> make_padded(TpuStorage::Value v, std::vector
   return p;
 }
 
+// How view `t` of a padded storage's tensor takes its elements, when each
+// of its dims is a range of one dim of that tensor (a slice, a select, a
+// transpose, an expansion, an unsqueeze of it) or merges a run of its
+// static dims whole (a reshape of them): per view dim, those dims, or
+// kBroadcast (stride 0) or kUnit (size 1). Empty when it is not so (a
+// reshape that merges a varying dim, a step, a range past a dim's end).
+std::vector<EagerProgram::ViewDim> view_map(const at::Tensor& t, const TpuStorage::Padded& p, uint64_t varying) {
+  using ViewDim = EagerProgram::ViewDim;
+  const std::vector<int64_t>& canon = p.sizes;
+  const c10::DimVector cstrides = c10::contiguous_strides(canon);
+  // where the view starts in each dim of the tensor
+  std::vector<int64_t> start(canon.size());
+  int64_t rest = t.storage_offset();
+  for (size_t j = canon.size(); j-- > 0;) {
+    start[j] = canon[j] > 0 ? rest % canon[j] : 0;
+    rest = canon[j] > 0 ? rest / canon[j] : 0;
+  }
+  if (rest != 0 || t.dim() >= 64) return {};
+  std::vector<ViewDim> map(t.dim());
+  std::vector<bool> used(canon.size());
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    if (t.size(k) == 1 && !(varying >> k & 1)) {
+      map[k] = {EagerProgram::kUnit, EagerProgram::kUnit};
+    } else if (t.stride(k) == 0) {
+      map[k] = {EagerProgram::kBroadcast, EagerProgram::kBroadcast};
+    } else {
+      int j = 0;
+      const int rank = static_cast<int>(canon.size());
+      while (j < rank && !(canon[j] > 1 && cstrides[j] == t.stride(k))) ++j;
+      if (j == rank || used[j]) return {};
+      int first = j;
+      if (start[j] + t.size(k) > canon[j]) {  // a run of whole static dims, merged
+        int64_t merged = canon[j];
+        while (merged < t.size(k) && first > 0) merged *= canon[--first];
+        if (merged != t.size(k)) return {};
+        for (int i = first; i <= j; ++i) {
+          if (used[i] || start[i] != 0 || canon[i] != p.bounds[i]) return {};
+        }
+      }
+      // (a varying dim of the view is all of its dim: it keeps the bucket)
+      if ((varying >> k & 1) && start[j] != 0) return {};
+      for (int i = first; i <= j; ++i) used[i] = true;
+      map[k] = {first, j};
+    }
+  }
+  return map;
+}
+
 }  // namespace
 
 at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
@@ -130,7 +178,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
   for (size_t d = 0; d < sizes.size(); ++d) extent += (sizes[d] - 1) * strides[d];
   if (extent > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
   at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
-  views_.push_back({v, t, varying});
+  views_.push_back({v, t, varying, view_map(t, *padded, varying)});
   dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes));
   return v;
 }
@@ -183,7 +231,14 @@ void BucketedOperands::describe(c10::List<int64_t>& key) const {
     for (size_t d = 0; d < p.padded->sizes.size(); ++d) key.push_back(p.padded->sizes[d] != p.padded->bounds[d]);
     key.push_back(-1);
   }
-  for (const View& v : views_) key.push_back(static_cast<int64_t>(v.varying));
+  for (const View& v : views_) {
+    key.push_back(static_cast<int64_t>(v.varying));
+    key.push_back(static_cast<int64_t>(v.map.size()));
+    for (const EagerProgram::ViewDim& d : v.map) {
+      key.push_back(d.first);
+      key.push_back(d.last);
+    }
+  }
   key.push_back(-2);
   for (const auto& [impl, dims] : dim_symbols_) {
     for (int s : dims) key.push_back(s);
@@ -203,24 +258,32 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
   }
   EagerProgram p(device_, &*sig);
   for (const Proxy& px : proxies_) p.dynamic_storage(px.tensor, px.padded->sizes);
-  for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying);
+  for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying, v.map);
   if (!build(p, *sig)) return std::nullopt;
   return p.run();
 }
 
-Value padded_exit(hlo::Builder& b, Value v, int64_t capacity) {
-  // A value whose dims vary leaves through a bounded type set to its bound:
-  // an ordinary buffer, its elements first (a static type alone would leave
-  // a dynamic buffer no later program accepts).
+Value padded_exit(hlo::Builder& b, Value v, const std::vector<int64_t>& bounds) {
+  // A value whose dims vary leaves through a bounded type set to its bound
+  // (a static type alone would leave a dynamic buffer no later program
+  // accepts): an ordinary buffer, each dim's elements first.
   const hlo::Type t = b.type(v);
-  const int64_t n = t.numel();
-  Value flat = b.reshape(v, {n});
-  hlo::Type bounded{t.dtype, {n}};
-  bounded.bounded = 1;
-  flat = b.set_dimension_size(b.retype(flat, bounded), b.constant_int(n, hlo::DType::I32), 0);
-  if (capacity < n) return b.slice_dim(flat, 0, 0, capacity);
-  if (capacity > n) return b.pad(flat, b.zeros(hlo::Type{t.dtype, {}}), {0}, {capacity - n});
-  return flat;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    hlo::Type bounded = t;
+    bounded.bounded = uint64_t{1} << d;
+    v = b.set_dimension_size(b.retype(v, bounded), b.constant_int(t.dims[d], hlo::DType::I32), d);
+  }
+  hlo::Dims high(t.rank(), 0);
+  bool pads = false;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (bounds[d] < t.dims[d]) v = b.slice_dim(v, d, 0, bounds[d]);
+    if (bounds[d] > t.dims[d]) {
+      high[d] = bounds[d] - t.dims[d];
+      pads = true;
+    }
+  }
+  if (pads) v = b.pad(v, b.zeros(hlo::Type{t.dtype, {}}), hlo::Dims(t.rank(), 0), high);
+  return v;
 }
 
 at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device) {
@@ -252,7 +315,7 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
       ops.run(&kTag, 0, key, actual, [&](EagerProgram& p, const OpSignature& sig) {
         hlo::Builder& b = p.builder();
         Value v = b.convert(p.input(proxy, {0, -1}), to_hlo(dst.scalar_type()));
-        auto plan = p.finish({padded_exit(b, v, hlo::Type{b.dtype(v), bounds}.numel())});
+        auto plan = p.finish({padded_exit(b, v, bounds)});
         if (plan->replayable) keep_plan(sig, key, {}, plan);
         return true;
       });
@@ -310,11 +373,12 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
   TpuStorage::Value v = storage_of(r).raw_value();
   if (!v.buffer && !v.deferred) return;
   auto b = std::make_shared<hlo::Builder>();
-  Value flat = b->reshape(b->param(v.type), {v.type.numel()});
-  const int64_t capacity = hlo::Type{v.type.dtype, bounds}.numel();
-  flat = b->pad(flat, b->zeros(hlo::Type{v.type.dtype, {}}), {0}, {capacity - v.type.numel()});
+  Value value = b->reshape(b->param(v.type), r.sizes().vec());
+  hlo::Dims high(r.dim(), 0);
+  high[dim] = bounds[dim] - r.size(dim);
+  value = b->pad(value, b->zeros(hlo::Type{v.type.dtype, {}}), hlo::Dims(r.dim(), 0), high);
   const int device = r.device().has_index() ? r.device().index() : 0;
-  r = padded_tensor(make_padded(apply_program(b, flat, v, device), r.sizes().vec(), std::move(bounds)),
+  r = padded_tensor(make_padded(apply_program(b, value, v, device), r.sizes().vec(), std::move(bounds)),
                     r.scalar_type(), device);
 }
 

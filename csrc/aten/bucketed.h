@@ -3,8 +3,8 @@
 // A tensor whose size keeps changing (the sequence dimension of a growing
 // concatenation: generate's input_ids and attention mask, a KV cache) would
 // compile its ops once per size. Instead its storage holds a padded value
-// (TpuStorage::Padded: the tensor's elements first, in a buffer sized for
-// the bucket of its size), and the ops that may run at bucket shapes read it
+// (TpuStorage::Padded: the tensor padded along its varying dims to the
+// bucket of its size), and the ops that may run at bucket shapes read it
 // as it is, the actual sizes, strides and offsets being run-time operands:
 // one program per bucket. XLA tracks the sizes through the program and
 // masks the padding. Every other reader of such a storage gets its exact
@@ -92,6 +92,7 @@ class BucketedOperands {
   struct View {
     at::Tensor proxy, view;  // (the view the proxy stands for)
     uint64_t varying;        // the dims of the view that vary (the proxy has their bucket)
+    std::vector<EagerProgram::ViewDim> map;  // see EagerProgram::dynamic_view (empty: read by a gather)
   };
   std::vector<View> views_;
   std::vector<Symbol> symbols_;
@@ -100,12 +101,12 @@ class BucketedOperands {
   std::vector<int> note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket);
 };
 
-// `v` leaving a bucketed program: a static flat value of `capacity`
-// elements whose prefix holds v's elements at their run-time sizes.
-hlo::Value padded_exit(hlo::Builder& b, hlo::Value v, int64_t capacity);
+// `v` leaving a bucketed program: a static value of `bounds` (of v's rank)
+// whose dims hold v's elements first, at their run-time sizes.
+hlo::Value padded_exit(hlo::Builder& b, hlo::Value v, const std::vector<int64_t>& bounds);
 
-// A bucketed program's result `r` (flat, of its bounds' element count) as
-// the tensor of `sizes`: padded where `bounds` differ from them, else exact.
+// A bucketed program's result `r` (of `bounds`) as the tensor of `sizes`:
+// padded where `bounds` differ from them, else exact.
 at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device);
 
 // dst <- src (same sizes) in a bucketed program, when src is on a padded

@@ -10,7 +10,9 @@
 #include <c10/util/Float8_e5m2fnuz.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <cstring>
 #include <mutex>
 
@@ -365,6 +367,12 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
         bound.args.push_back(scalar_operand(DType::I32, static_cast<uint64_t>(n), device));
         break;
       }
+      case ParamSource::Kind::PaddedSize: {
+        std::shared_ptr<const TpuStorage::Padded> padded = storage_of(arg_at(args, src).toTensor()).padded();
+        TORCH_CHECK(padded, "torch_tpu internal error: a bucketed plan bound to a storage that is not padded");
+        bound.args.push_back(scalar_operand(DType::I64, static_cast<uint64_t>(padded->sizes[src.part]), device));
+        break;
+      }
     }
   }
   bound.written.reserve(plan.written.size());
@@ -461,39 +469,105 @@ void EagerProgram::dynamic_storage(const at::Tensor& proxy, std::vector<int64_t>
   dynamic_.push_back({proxy.storage().unsafeGetStorageImpl(), std::move(sizes), proxy.sizes().vec()});
 }
 
-void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying) {
-  dynamic_views_.push_back({proxy.unsafeGetTensorImpl(), view, varying});
+void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying,
+                                std::vector<ViewDim> map) {
+  dynamic_views_.push_back({proxy.unsafeGetTensorImpl(), view, varying, std::move(map)});
 }
 
-// The padded value's prefix as a value of the proxy's (bucket) sizes whose
-// dims XLA knows to hold `sizes`: the flat value's run-time length is set,
-// reshaped at run time to `sizes` (bounded by the bucket), then given the
-// static type every lowering works with.
-Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn, ArgPosition pos) {
+// A view read through its map (dynamic_view): the padded value sliced at
+// the view's run-time start in each dim (its offset unravelled by the
+// actual sizes), its merged dims reshaped, transposed into the view's
+// order and broadcast to its `sizes` (the proxy's: bucket sizes where it
+// varies).
+Value EagerProgram::mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims& sizes, ArgPosition pos) {
   hlo::Builder& b = *b_;
-  const hlo::Dims& bounds = dyn.bounds;
-  const std::vector<int64_t>& sizes = dyn.sizes;
-  const int64_t capacity = Type{s.type.dtype, bounds}.numel();
-  TORCH_CHECK(s.type.dims.size() == 1 && s.type.dims[0] == capacity,
-              "torch_tpu internal error: a padded value of ", s.type.str(), " for bucket ", bounds);
-  if (pos.arg < 0) replayable_ = false;
-  Type bounded{s.type.dtype, bounds};
-  std::vector<Value> dims;
-  Value numel = b.constant_int(1, DType::I32);
-  for (size_t d = 0; d < bounds.size(); ++d) {
-    Value n;
-    if (sizes[d] == bounds[d]) {
-      n = b.constant_int(bounds[d], DType::I32);
-    } else {  // the size of the argument the proxy stands for
-      n = view_operand(ParamSource::Kind::ViewSize, DType::I32, sizes[d], pos, static_cast<int>(d));
-      bounded.bounded |= uint64_t{1} << d;
+  const Dynamic& dyn = *s.dynamic;
+  const size_t rank = dyn.bounds.size();
+  std::vector<int> by_dim(rank, -1);  // the view dim ranging over each dim
+  std::vector<bool> merged(rank);     // part of a run of dims a view dim merges
+  for (size_t k = 0; k < dv.map.size(); ++k) {
+    for (int j = dv.map[k].first; j >= 0 && j <= dv.map[k].last; ++j) {
+      by_dim[j] = static_cast<int>(k);
+      merged[j] = dv.map[k].first != dv.map[k].last;
     }
-    numel = b.mul(numel, n);
-    dims.push_back(b.reshape(n, {1}));
   }
-  Value flat = b.set_dimension_size(s.flat, numel, 0);
-  Value shape = dims.size() == 1 ? dims[0] : b.concatenate(dims, 0);
-  return b.retype(b.dynamic_reshape(flat, shape, bounded), Type{s.type.dtype, bounds});
+  Value rest = view_operand(ParamSource::Kind::Offset, DType::I64, dv.view.storage_offset(), pos, -1);
+  std::vector<Value> starts(rank);
+  hlo::Dims slice(rank, 1);
+  for (size_t j = rank; j-- > 0;) {
+    const bool varies = dyn.sizes[j] != dyn.bounds[j];
+    const int k = by_dim[j];
+    if (k >= 0) slice[j] = merged[j] ? dyn.bounds[j] : sizes[k];
+    if (dyn.bounds[j] == 1) {
+      starts[j] = b.constant_int(0, DType::I64);
+      continue;
+    }
+    Value n = varies ? view_operand(ParamSource::Kind::PaddedSize, DType::I64, dyn.sizes[j], pos, static_cast<int>(j))
+                     : b.constant_int(dyn.bounds[j], DType::I64);
+    starts[j] = j == 0 ? rest : b.rem(rest, n);
+    if (j > 0) rest = b.div(rest, n);
+  }
+  Value v = b.dynamic_slice(s.full, starts, slice);
+  // The view's dims in the storage's order, then in its own.
+  hlo::Dims kept, order;
+  for (size_t j = 0; j < rank; ++j) {
+    if (by_dim[j] < 0) continue;
+    if (!order.empty() && order.back() == by_dim[j]) {
+      kept.back() *= slice[j];  // (a merged run)
+    } else {
+      kept.push_back(slice[j]);
+      order.push_back(by_dim[j]);
+    }
+  }
+  if (kept != slice) v = b.reshape(v, kept);
+  hlo::Dims perm(order.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) { return order[x] < order[y]; });
+  hlo::Dims placed(order.begin(), order.end());
+  std::sort(placed.begin(), placed.end());
+  if (!std::is_sorted(order.begin(), order.end())) v = b.transpose(v, perm);
+  if (placed.size() != sizes.size()) v = b.broadcast_in_dim(v, sizes, placed);
+  return v;
+}
+
+// The padded value (of the proxy's bucket sizes) with each varying dim
+// set to the run-time size of the argument the proxy stands for: XLA
+// tracks the sizes and masks the rest. No data moves.
+Value EagerProgram::dynamic_entry(Slot& s, const Dynamic& dyn, ArgPosition pos) {
+  TORCH_CHECK(s.type.dims == dyn.bounds, "torch_tpu internal error: a padded value of ", s.type.str(),
+              " for bucket ", dyn.bounds);
+  if (pos.arg < 0) replayable_ = false;
+  Value v = s.full;
+  for (size_t d = 0; d < dyn.bounds.size(); ++d) {
+    if (dyn.sizes[d] == dyn.bounds[d]) continue;
+    v = b_->set_dimension_size(v, view_operand(ParamSource::Kind::ViewSize, DType::I32, dyn.sizes[d], pos,
+                                               static_cast<int>(d)), static_cast<int64_t>(d));
+  }
+  return v;
+}
+
+// The padded value's flat index of each element of the tensor it holds,
+// given their index `logical` in that (contiguous) tensor: its dims' sizes
+// (the varying ones are run-time operands read from the argument at
+// `pos`) unravel it, the bucket's dims ravel it again.
+Value EagerProgram::padded_index(Value logical, const Dynamic& dyn, ArgPosition pos) {
+  hlo::Builder& b = *b_;
+  const hlo::Dims dims = b.dims(logical);
+  Value rest = logical, index;
+  int64_t stride = 1;
+  for (size_t j = dyn.bounds.size(); j-- > 0;) {
+    const bool varies = dyn.sizes[j] != dyn.bounds[j];
+    if (!varies && dyn.bounds[j] == 1) continue;
+    Value n = varies ? view_operand(ParamSource::Kind::PaddedSize, DType::I64, dyn.sizes[j], pos, static_cast<int>(j))
+                     : b.constant_int(dyn.bounds[j], DType::I64);
+    n = b.broadcast_in_dim(n, dims, {});
+    Value digit = j == 0 ? rest : b.rem(rest, n);
+    Value part = b.mul(digit, b.broadcast_in_dim(b.constant_int(stride, DType::I64), dims, {}));
+    index = index.valid() ? b.add(index, part) : part;
+    if (j > 0) rest = b.div(rest, n);
+    stride *= dyn.bounds[j];
+  }
+  return index.valid() ? index : b.zeros(Type{DType::I64, dims});
 }
 
 // A run-time operand read from the tensor argument at `pos` (a bucketed
@@ -555,12 +629,18 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
       // Its strides, offset and varying sizes are operands.
       if (pos.arg < 0) replayable_ = false;
       const at::Tensor& view = dv.view;
-      std::vector<Value> strides(view.dim());
-      for (int64_t k = 0; k < view.dim(); ++k) {
-        if (t.size(k) > 1) strides[k] = view_operand(ParamSource::Kind::Stride, DType::I64, view.stride(k), pos, k);
+      Value v;
+      if (!dv.map.empty()) {
+        v = mapped_view(s, dv, t.sizes().vec(), pos);
+      } else {
+        std::vector<Value> strides(view.dim());
+        for (int64_t k = 0; k < view.dim(); ++k) {
+          if (t.size(k) > 1) strides[k] = view_operand(ParamSource::Kind::Stride, DType::I64, view.stride(k), pos, k);
+        }
+        Value offset = view_operand(ParamSource::Kind::Offset, DType::I64, view.storage_offset(), pos, -1);
+        v = exec::read_strided_at_run_time(*b_, s.flat, t.sizes().vec(), strides, offset,
+                                           [&](Value logical) { return padded_index(logical, *s.dynamic, pos); });
       }
-      Value offset = view_operand(ParamSource::Kind::Offset, DType::I64, view.storage_offset(), pos, -1);
-      Value v = exec::read_strided_at_run_time(*b_, s.flat, t.sizes().vec(), strides, offset);
       for (int64_t k = 0; k < view.dim(); ++k) {
         if (dv.varying >> k & 1) {
           v = b_->set_dimension_size(v, view_operand(ParamSource::Kind::ViewSize, DType::I32, view.size(k), pos, k), k);

@@ -37,6 +37,7 @@ struct ParamSource {
     Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
     Stride,    // stride `part` of the tensor at argument `index` (entry `element`)
     ViewSize,  // size `part` of the tensor at argument `index` (entry `element`), i32
+    PaddedSize,  // size `part` of the tensor the padded storage of that tensor holds, i64
   };
   Kind kind = Kind::Constant;
   int index = -1;
@@ -147,9 +148,18 @@ class EagerProgram {
   // `proxy` (a tensor on a dynamic_storage proxy's storage) stands for
   // `view`, another view of the padded storage, of the same sizes except
   // in the dims whose bit is set in `varying`, where the proxy has the
-  // bucket's: read with its strides, offset and varying sizes as run-time
-  // operands (taken from the arguments).
-  void dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying);
+  // bucket's: read with its offset (and strides) and varying sizes as
+  // run-time operands (taken from the arguments). `map` says, per view dim,
+  // which dims of the storage's tensor it ranges over (one, or a run of
+  // static dims it merges whole; kBroadcast, kUnit: none): the view is then
+  // sliced, reshaped, transposed and broadcast from the padded value;
+  // without a map it is gathered at its run-time strides.
+  static constexpr int kBroadcast = -1, kUnit = -2;
+  struct ViewDim {
+    int first = kUnit, last = kUnit;  // dims first..last
+  };
+  void dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying,
+                    std::vector<ViewDim> map = {});
 
   // The value of `t` in the program: a tpu tensor of this program's device,
   // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
@@ -208,6 +218,7 @@ class EagerProgram {
   Slot& slot_for(const at::Tensor& t);
   hlo::Value stored_value(const Slot& s);
   hlo::Value dynamic_entry(Slot& s, const Dynamic& d, ArgPosition pos);
+  hlo::Value padded_index(hlo::Value logical, const Dynamic& dyn, ArgPosition pos);
   hlo::Value view_operand(ParamSource::Kind kind, hlo::DType dtype, int64_t value, ArgPosition pos, int part);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);
@@ -226,7 +237,9 @@ class EagerProgram {
     const c10::TensorImpl* proxy;
     at::Tensor view;
     uint64_t varying;
+    std::vector<ViewDim> map;
   };
+  hlo::Value mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims& sizes, ArgPosition pos);
   std::vector<DynamicView> dynamic_views_;  // see dynamic_view
   bool replayable_ = true;
   std::vector<ProgramPlan::Resize> resizes_;

@@ -926,7 +926,7 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
           }
           const std::vector<int64_t>& perm = shapes->outputs[k].perm;
           if (!std::is_sorted(perm.begin(), perm.end())) outputs[k] = b.transpose(outputs[k], perm);
-          outputs[k] = padded_exit(b, outputs[k], hlo::Type{b.dtype(outputs[k]), out_bounds[k]}.numel());
+          outputs[k] = padded_exit(b, outputs[k], out_bounds[k]);
         }
         std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
         if (plan->replayable) keep_plan(sig, pargs, a.numbers_read(), plan, ctx.precision_read.has_value());

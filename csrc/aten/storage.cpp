@@ -318,12 +318,14 @@ TpuStorage::Value TpuStorage::raw_value() const {
     if (!padded_ || value_.buffer || value_.deferred) return value_;
     padded = padded_;
   }
-  // The exact value: the padded value's prefix (a program per size, or a
+  // The exact value: the padded value's slice of the actual sizes,
+  // flattened (a program per size, or a
   // call recorded beside the padded value in fused eager; made outside our
   // lock, kept unless the storage was written meanwhile).
   const int64_t n = static_cast<int64_t>(nbytes_) / hlo::byte_width(padded->type.dtype);
   auto b = std::make_shared<hlo::Builder>();
-  const hlo::Value exact = b->slice_dim(b->param(padded->type), 0, 0, n);
+  const hlo::Value exact =
+      b->reshape(b->slice(b->param(padded->type), hlo::Dims(padded->sizes.size(), 0), padded->sizes), {n});
   Value v = apply_program(b, exact, {padded->buffer, padded->type, padded->deferred, padded->checks}, device_);
   std::lock_guard<std::mutex> lock(mu_);
   if (padded_ == padded && !value_.buffer && !value_.deferred) value_ = std::move(v);

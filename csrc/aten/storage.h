@@ -63,16 +63,16 @@ class TpuStorage {
     padded_.reset();
   }
 
-  // A padded value (docs/bounded_dynamism.md): a flat buffer of `bounds`'
-  // element count whose first elements are this storage's, those of a
-  // contiguous tensor of `sizes`; the rest is padding. Bucketed programs
-  // read it as it is, with the sizes as run-time operands, so that one
-  // program serves every size up to the bounds. Every other reader gets the
-  // exact value (raw_value() slices the prefix once).
+  // A padded value (docs/bounded_dynamism.md): a value of `bounds` whose
+  // first `sizes` elements along every dim are this storage's, those of a
+  // contiguous tensor of `sizes`; the rest is padding, of any value.
+  // Bucketed programs read it as it is, with the sizes as run-time
+  // operands, so that one program serves every size up to the bounds.
+  // Every other reader gets the exact value (raw_value() slices it once).
   struct Padded {
     pjrt::BufferPtr buffer;
     exec::DeferredPtr deferred;   // instead of `buffer` in fused eager
-    hlo::Type type;               // {dtype, {prod(bounds)}}
+    hlo::Type type;               // {dtype, bounds}
     std::vector<int64_t> sizes;   // the contiguous tensor the storage holds
     std::vector<int64_t> bounds;  // per dim: its bucket, or its size where static
     exec::Checks checks;

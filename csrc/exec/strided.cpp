@@ -157,7 +157,7 @@ Value read_strided(Builder& b, Value flat, const Dims& sizes, const Dims& stride
 }
 
 Value read_strided_at_run_time(Builder& b, Value flat, const Dims& sizes, const std::vector<Value>& strides,
-                               Value offset) {
+                               Value offset, const std::function<Value(Value)>& place) {
   const Type result{b.dtype(flat), sizes};
   if (result.numel() == 0) return b.zeros(result);
   const Type t{DType::I64, sizes};
@@ -166,6 +166,7 @@ Value read_strided_at_run_time(Builder& b, Value flat, const Dims& sizes, const 
     if (sizes[k] <= 1) continue;
     idx = b.add(idx, b.mul(b.iota(t, static_cast<int64_t>(k)), b.broadcast_in_dim(strides[k], sizes, {})));
   }
+  if (place) idx = place(idx);
   Dims idx_dims = sizes;
   idx_dims.push_back(1);
   Builder::GatherDims dn;

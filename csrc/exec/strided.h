@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "csrc/hlo/builder.h"
@@ -28,9 +29,12 @@ hlo::Value read_strided(hlo::Builder& b, hlo::Value flat, const hlo::Dims& sizes
                         const hlo::Dims& strides, const Offset& offset);
 
 // The view of `flat` whose strides and offset are run-time values (rank-0
-// i64; `strides[k]` is unused where sizes[k] <= 1): one gather.
+// i64; `strides[k]` is unused where sizes[k] <= 1): one gather. `place`,
+// when given, maps the view's element indices (i64, of the view's dims) to
+// where `flat` holds those elements (a padded value: bucketed programs).
 hlo::Value read_strided_at_run_time(hlo::Builder& b, hlo::Value flat, const hlo::Dims& sizes,
-                                    const std::vector<hlo::Value>& strides, hlo::Value offset);
+                                    const std::vector<hlo::Value>& strides, hlo::Value offset,
+                                    const std::function<hlo::Value(hlo::Value)>& place = {});
 
 // `flat` with the view (sizes, strides, offset) replaced by `values` (whose
 // dims are `sizes`). Views with stride-0 (expanded) dimensions of size > 1

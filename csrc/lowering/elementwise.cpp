@@ -4,6 +4,7 @@
 // precision computed in float) parameterized by the StableHLO op or by a small
 // function of builder values.
 #include <cmath>
+#include <numeric>
 
 #include "csrc/lowering/common.h"
 
@@ -684,16 +685,21 @@ std::vector<Value> lower_isin(Context& c) {
   const at::ScalarType t = r.get();
   Value e = c.args.is_tensor(0) ? cast(b, c.args.tensor(0), t) : c.args.scalar_value(0, to_hlo(t));
   const Dims shape = b.dims(e);
-  const int64_t n = Type{DType::I64, shape}.numel();
   Value test = c.args.is_tensor(1) ? cast(b, c.args.tensor(1), t) : c.args.scalar_value(1, to_hlo(t));
   const int64_t m = b.type(test).numel();
   Value found;
   if (m == 0) {
     found = b.broadcast_in_dim(b.constant_bool(false), shape, {});
   } else {
-    Value flat_e = b.broadcast_in_dim(b.reshape(e, {n}), {n, m}, {0});
-    Value flat_t = b.broadcast_in_dim(b.reshape(test, {m}), {n, m}, {1});
-    found = b.reshape(b.reduce(b.compare(Cmp::EQ, flat_e, flat_t), b.constant_bool(false), {1}, "stablehlo.or"), shape);
+    // (e keeps its dims: a bucketed program's varying dims stay as they are)
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    Dims pairs = shape;
+    pairs.push_back(m);
+    Dims e_dims(rank);
+    std::iota(e_dims.begin(), e_dims.end(), 0);
+    Value each_e = b.broadcast_in_dim(e, pairs, e_dims);
+    Value each_t = b.broadcast_in_dim(b.reshape(test, {m}), pairs, {rank});
+    found = b.reduce(b.compare(Cmp::EQ, each_e, each_t), b.constant_bool(false), {rank}, "stablehlo.or");
   }
   const bool invert = c.args.has(3) && c.args.bool_(3);
   return one(invert ? b.not_(found) : found);

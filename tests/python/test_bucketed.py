@@ -316,3 +316,48 @@ def test_copies_and_casts_of_growing_tensors_and_their_views():
     t[:, -1:] += 5
     c[:, -1:] += 5
     _same(t, c)
+
+
+def _grown(shape, dim, length, seed):
+    """(tpu, cpu) of a tensor of `shape` grown along `dim` to `length`."""
+    g = torch.Generator().manual_seed(seed)
+    s = list(shape)
+    s[dim] = 2
+    c = torch.randn(s, generator=g)
+    t = c.to("tpu")
+    one = list(shape)
+    one[dim] = 1
+    while c.shape[dim] < length:
+        n = torch.randn(one, generator=g)
+        c, t = torch.cat([c, n], dim), torch.cat([t, n.to("tpu")], dim)
+    assert _padded(t)
+    return t, c
+
+
+@pytest.mark.parametrize("length", [13, 20])
+def test_views_of_padded_tensors_equal_cpu(length):
+    # Views that range over one dim each (select, narrow, transpose, expand,
+    # unsqueeze), views that merge whole static dims (a reshape of them) and
+    # views that merge the varying dim (read by a gather), under ops, copies
+    # and batched matmuls.
+    x, xc = _grown((2, 3, 8, 5), 2, length, 0)
+    y, yc = _grown((2, 3, 8, 5), 2, length, 1)
+    z, zc = _grown((3, 8, 4), 1, length, 2)
+    L = length
+    cases = [
+        (lambda a, b, c: a[:, :, -1] * 2, False),
+        (lambda a, b, c: a.narrow(2, 1, 3) + 1, False),
+        (lambda a, b, c: a.transpose(1, 3) - b.transpose(1, 3), False),
+        (lambda a, b, c: a.transpose(2, 3).contiguous(), False),
+        (lambda a, b, c: a[:, :, None].expand(2, 3, 2, L, 5).reshape(2, 6, L, 5), False),
+        (lambda a, b, c: a.unsqueeze(0).expand(2, 2, 3, L, 5) * 1, False),
+        (lambda a, b, c: a.transpose(2, 3).reshape(6, 5, L) * 2, False),
+        (lambda a, b, c: a[1:].reshape(3, L, 5) + 1, False),
+        (lambda a, b, c: a[:, :, -1].reshape(6, 5) + 1, False),
+        (lambda a, b, c: torch.bmm(a.reshape(6, L, 5), b.transpose(2, 3).reshape(6, 5, L)), True),
+        (lambda a, b, c: c.reshape(3 * L, 4) + 1, False),
+        (lambda a, b, c: c[:, None].expand(3, 2, L, 4).reshape(6, L, 4) * 1, False),
+        (lambda a, b, c: (c.transpose(0, 1)[-2:] * 3).softmax(1), True),
+    ]
+    for f, close in cases:
+        _same(f(x, y, z), f(xc, yc, zc), exact=not close)
