@@ -1,5 +1,6 @@
 #include "csrc/aten/bucketed.h"
 
+#include <ATen/native/Resize.h>
 #include <c10/util/strides.h>
 
 #include <algorithm>
@@ -246,11 +247,11 @@ void BucketedOperands::describe(c10::List<int64_t>& key) const {
   }
 }
 
-std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, uint32_t globals,
+std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, uint32_t globals, uint64_t numbers,
                                                              c10::ArrayRef<c10::IValue> key,
                                                              c10::ArrayRef<c10::IValue> actual,
                                                              const Build& build) const {
-  const std::optional<OpSignature> sig = signature_for(tag, globals, key);
+  const std::optional<OpSignature> sig = signature_for(tag, globals, key, numbers);
   if (!sig) return std::nullopt;
   if (std::shared_ptr<const ProgramPlan> kept = find_plan(*sig, key)) {
     BoundProgram bound = bind_plan(*kept, *sig, actual, device_);
@@ -312,7 +313,7 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
   const c10::IValue key[3] = {proxy, static_cast<int64_t>(dst.scalar_type()), std::move(described)};
   const c10::IValue actual[3] = {src, key[1], key[2]};
   std::optional<std::vector<at::Tensor>> results =
-      ops.run(&kTag, 0, key, actual, [&](EagerProgram& p, const OpSignature& sig) {
+      ops.run(&kTag, 0, 0, key, actual, [&](EagerProgram& p, const OpSignature& sig) {
         hlo::Builder& b = p.builder();
         Value v = b.convert(p.input(proxy, {0, -1}), to_hlo(dst.scalar_type()));
         auto plan = p.finish({padded_exit(b, v, bounds)});
@@ -333,6 +334,45 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
       storage_of(dst).set_value(std::move(v.buffer), std::move(v.type), std::move(v.checks));
     }
   }
+  return true;
+}
+
+bool grow_arange(c10::ArrayRef<c10::IValue> args) {
+  if (!bucketing_enabled() || args.size() != 4 || !args[3].isTensor() || !args[0].isInt() || !args[1].isInt() ||
+      !args[2].isInt() || args[0].toInt() != 0 || args[2].toInt() != 1) {
+    return false;
+  }
+  const at::Tensor& out = args[3].toTensor();
+  const int64_t n = args[1].toInt();
+  const at::ScalarType dtype = out.scalar_type();
+  if (n < 2 || !(dtype == at::kLong || dtype == at::kInt) || out.dim() != 1 || (out.size(0) != n && out.numel() != 0)) {
+    return false;
+  }
+  if (out.size(0) != n) at::native::resize_output(out, {n});  // (torch.arange hands over an empty tensor)
+  if (out.size(0) != n ||
+      out.storage_offset() != 0 || out.stride(0) != 1 || static_cast<size_t>(n) * out.element_size() != out.storage().nbytes()) {
+    return false;
+  }
+  const int device = out.device().has_index() ? out.device().index() : 0;
+  static std::mutex mu;
+  static std::unordered_map<int, std::array<int64_t, 8>> recent;  // by dtype and device: the last lengths
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::array<int64_t, 8>& ring = recent.try_emplace(static_cast<int>(dtype) * 4096 + device).first->second;
+    // (grown twice: a lone arange(n) after an arange(n - 1) stays exact)
+    const bool grows = std::find(ring.begin(), ring.end(), n - 1) != ring.end() &&
+                       std::find(ring.begin(), ring.end(), n - 2) != ring.end();
+    if (std::find(ring.begin(), ring.end(), n) == ring.end()) {
+      std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
+      ring[0] = n;
+    }
+    if (!grows) return false;
+  }
+  // Its first n elements are 0, ..., n - 1 whatever n is: iota at the bucket.
+  const int64_t bound = bucket_of(n);
+  auto b = std::make_shared<hlo::Builder>();
+  const Value v = b->iota(hlo::Type{to_hlo(dtype), {bound}}, 0);
+  storage_of(out).set_padded(make_padded(make_value(b, v, device), {n}, {bound}));
   return true;
 }
 

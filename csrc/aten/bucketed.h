@@ -71,13 +71,15 @@ class BucketedOperands {
   // that is no proxy or has none of them.
   std::optional<std::vector<int64_t>> probe_sizes(const at::Tensor& proxy, size_t symbol) const;
   // Runs the bucketed program of the call keyed by `key` (the proxies and
-  // whatever else tells programs apart; `tag` names the op): the plan kept
+  // whatever else tells programs apart; `tag` names the op, `numbers` its
+  // Scalar arguments as OpSignature takes them): the plan kept
   // for it, bound to the `actual` arguments (same positions: the sizes,
   // strides and offsets of what the proxies stand for are read there), or the one `build` makes on the
   // program it is given (it calls finish() and keep_plan(), or returns
   // false when the op cannot run bucketed). Its results, or nullopt.
   using Build = std::function<bool(EagerProgram& p, const OpSignature& sig)>;
-  std::optional<std::vector<at::Tensor>> run(const void* tag, uint32_t globals, c10::ArrayRef<c10::IValue> key,
+  std::optional<std::vector<at::Tensor>> run(const void* tag, uint32_t globals, uint64_t numbers,
+                                             c10::ArrayRef<c10::IValue> key,
                                              c10::ArrayRef<c10::IValue> actual, const Build& build) const;
 
  private:
@@ -119,5 +121,14 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst);
 // so that the next concatenation onto it, and the ops reading it, run
 // bucketed. `first` is the concatenation's first input.
 void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs, const at::Tensor& first);
+
+// arange.start_out(start, end, step, out): torch.arange(n) into `out` (a
+// new contiguous tensor of n elements covering its storage) when recent
+// calls made arange(n - 2) and arange(n - 1) of the same dtype (the key
+// positions of a growing
+// sequence, as generate's attention masks make them): `out` holds a padded
+// value, made by one program per bucket. False otherwise (the op runs as
+// usual).
+bool grow_arange(c10::ArrayRef<c10::IValue> args);
 
 }  // namespace tpu

@@ -393,6 +393,19 @@ exec::FunctionPtr function_of(const std::shared_ptr<const hlo::Builder>& b, cons
   return function;
 }
 
+TpuStorage::Value make_value(const std::shared_ptr<const hlo::Builder>& b, Value out, int device) {
+  const std::string text = b->module({out});
+  count_program_text(text);
+  TpuStorage::Value r{nullptr, b->type(out), nullptr, {}};
+  exec::Executor& ex = current_executor();
+  if (ex.fused()) {
+    r.deferred = ex.graph(device).record(function_of(b, {out}, exec::fingerprint64(text)), {})[0];
+  } else {
+    r.buffer = exec::Runtime::get().run(text, {}, device)[0];
+  }
+  return r;
+}
+
 TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, Value out, const TpuStorage::Value& in,
                                 int device) {
   const std::string text = b->module({out});

@@ -123,6 +123,10 @@ exec::FunctionPtr function_of(const std::shared_ptr<const hlo::Builder>& b, cons
 TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, hlo::Value out,
                                 const TpuStorage::Value& in, int device);
 
+// `b`'s program of no parameters returning `out`: recorded in the calling
+// thread's fused graph in fused eager, else run now.
+TpuStorage::Value make_value(const std::shared_ptr<const hlo::Builder>& b, hlo::Value out, int device);
+
 // Where an argument tensor sits in the op's arguments (for CPU scalars).
 struct ArgPosition {
   int arg = -1, element = -1;

@@ -51,6 +51,7 @@ struct Entry {
   // so it may run at bucket shapes (bucketed programs, below).
   bool bucketable = false;
   char bucketed_tag = 0;  // its address names the op's bucketed programs in the memo
+  uint64_t numbers = 0;   // bit i: argument i is a Scalar (OpSignature)
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -90,9 +91,17 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
 
 class EagerArgs final : public lowering::Args {
  public:
-  EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args,
-            std::optional<at::ScalarType> out_dtype)
-      : p_(p), args_(args), values_(args.size()), infos_(args.size()), read_(args.size()), out_dtype_(out_dtype) {}
+  // `numbers`: the Scalar arguments (OpSignature): reading one as an int
+  // or a bool keys the plan by its value, as reading it as a number does.
+  EagerArgs(EagerProgram& p, c10::ArrayRef<c10::IValue> args, std::optional<at::ScalarType> out_dtype,
+            uint64_t numbers = 0)
+      : p_(p),
+        args_(args),
+        values_(args.size()),
+        infos_(args.size()),
+        read_(args.size()),
+        out_dtype_(out_dtype),
+        numbers_(numbers) {}
 
   size_t size() const override { return args_.size(); }
   bool is_none(size_t i) const override {
@@ -126,11 +135,13 @@ class EagerArgs final : public lowering::Args {
     return out;
   }
   int64_t int_(size_t i) const override {
+    note_number(i);
     const c10::IValue& v = args_.at(i);
     if (v.isBool()) return v.toBool();
     return v.toSymInt().expect_int();
   }
   std::vector<int64_t> ints(size_t i) const override {
+    note_number(i);
     const c10::IValue& v = args_.at(i);
     if (v.isIntList()) return v.toIntVector();
     if (v.isInt() || v.isSymInt()) return {v.toSymInt().expect_int()};
@@ -145,7 +156,10 @@ class EagerArgs final : public lowering::Args {
     read_[i] = true;
     return v.isInt() ? static_cast<double>(v.toInt()) : v.toDouble();
   }
-  bool bool_(size_t i) const override { return args_.at(i).toBool(); }
+  bool bool_(size_t i) const override {
+    note_number(i);
+    return args_.at(i).toBool();
+  }
   std::string string(size_t i) const override { return args_.at(i).toStringRef(); }
   c10::Scalar scalar(size_t i) const override {
     read_[i] = true;
@@ -255,6 +269,10 @@ class EagerArgs final : public lowering::Args {
   std::vector<Value> values_;
   std::vector<std::optional<lowering::TensorInfo>> infos_;
   mutable std::vector<bool> read_;
+  uint64_t numbers_;
+  void note_number(size_t i) const {
+    if (i < 64 && (numbers_ >> i & 1)) read_[i] = true;
+  }
   std::optional<at::ScalarType> out_dtype_;
   mutable bool data_dependent_ = false;
 };
@@ -753,7 +771,8 @@ bool bucketable_op(const std::string& functional) {
       "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
       "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf", "aten::isnan",
       "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax", "aten::_log_softmax",
-      "aten::_safe_softmax", "aten::bmm", "aten::mm"};
+      "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
+      "torch_tpu::_sdpa_forward"};
   return ops.count(functional) != 0;
 }
 
@@ -809,7 +828,7 @@ std::shared_ptr<const BucketShapes> bucket_shapes(const Entry& e, const c10::Ope
                                                   const BucketedOperands& ops) {
   std::vector<c10::IValue> keyed = pargs;
   keyed.emplace_back(described);
-  const std::optional<OpSignature> sig = signature_for(&e.bucketed_tag, lowering_globals(), keyed);
+  const std::optional<OpSignature> sig = signature_for(&e.bucketed_tag, lowering_globals(), keyed, e.numbers);
   if (!sig) return nullptr;
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const BucketShapes>> known;
@@ -908,8 +927,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
 
   // (run-time strides and offsets are read from the actual views)
   std::optional<std::vector<at::Tensor>> results =
-      ops.run(&e.bucketed_tag, lowering_globals(), pargs, args, [&](EagerProgram& p, const OpSignature& sig) {
-        EagerArgs a(p, c10::ArrayRef<c10::IValue>(pargs).slice(0, e.num_functional_args), std::nullopt);
+      ops.run(&e.bucketed_tag, lowering_globals(), e.numbers, pargs, args, [&](EagerProgram& p, const OpSignature& sig) {
+        EagerArgs a(p, c10::ArrayRef<c10::IValue>(pargs).slice(0, e.num_functional_args), std::nullopt, e.numbers);
         lowering::Context ctx{p.builder(), a, e.functional, &matmul_precision};
         std::vector<Value> outputs;
         try {
@@ -1023,7 +1042,10 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   if (run_bucketed(e, op, args, device, stack)) return;
-  const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args);
+  if (e.functional == "aten::arange.start_out" && e.kind == VariantKind::Out && grow_arange(args)) {
+    return push_returns(stack, schema, e, args, {});
+  }
+  const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args, e.numbers);
   if (auto results = run_kept_plan(sig, args, device)) {
     pad_growing_concatenation(e, args, *results);
     return push_returns(stack, schema, e, args, std::move(*results));
@@ -1036,7 +1058,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
       if (!out_dtype) out_dtype = t.scalar_type();
     });
   }
-  EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args), out_dtype);
+  EagerArgs a(p, c10::ArrayRef<c10::IValue>(args).slice(0, e.num_functional_args), out_dtype, e.numbers);
   lowering::Context ctx{p.builder(), a, e.functional, &matmul_precision};
   std::vector<Value> results;
   try {
@@ -1134,6 +1156,13 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.refuses_full_overlap = refuses_full_overlap(functional);
   e.takes_cpu_indices = takes_cpu_indices(functional);
   e.bucketable = bucketable_op(functional);
+  // (the variant's own arguments: an out= variant's come first, as the functional op's)
+  const auto& params = handle->schema().arguments();
+  for (size_t i = 0; i < params.size() && i < 64; ++i) {
+    c10::TypePtr t = params[i].type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::NumberType) e.numbers |= uint64_t{1} << i;
+  }
   if (kind == VariantKind::Out) {
     // Out arguments come last; the others are the functional op's.
     const auto& arguments = handle->schema().arguments();

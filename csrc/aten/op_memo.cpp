@@ -81,11 +81,11 @@ std::atomic<int> g_enabled{-1};
 
 }  // namespace
 
-OpSignature::OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args) {
+OpSignature::OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args, uint64_t numbers) {
   key_.reserve(32 + 40 * args.size());
   put(key_, op);
   put(key_, globals);
-  for (const c10::IValue& v : args) add(v);
+  for (size_t i = 0; i < args.size(); ++i) add(args[i], i < 64 && (numbers >> i & 1));
 }
 
 int OpSignature::group_of(const c10::StorageImpl* storage) const {
@@ -99,11 +99,13 @@ int OpSignature::group_of(const c10::StorageImpl* storage) const {
   return -1;
 }
 
-void OpSignature::add(const c10::IValue& v) {
+void OpSignature::add(const c10::IValue& v, bool number) {
   if (v.isTensor()) {
     add_tensor(v.toTensor());
   } else if (v.isNone()) {
     key_ += 'N';
+  } else if (number && v.isInt()) {
+    key_ += 'i';  // the value counts only where the lowering reads it
   } else if (v.isInt()) {
     key_ += 'I';
     put(key_, v.toInt());
@@ -203,10 +205,11 @@ uint32_t lowering_globals() {
   return uint32_t{dtype} << 8 | uint32_t{complex} << 16;
 }
 
-std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args) {
+std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args,
+                                         uint64_t numbers) {
   std::optional<OpSignature> sig;
   if (!op_memo_enabled()) return sig;
-  sig.emplace(op, globals, args);
+  sig.emplace(op, globals, args, numbers);
   if (!sig->memoizable()) sig.reset();
   return sig;
 }

@@ -32,8 +32,11 @@ namespace tpu {
 class OpSignature {
  public:
   // `op` names the operation (any address that stays valid), `globals` the
-  // process state its lowering reads (see lowering_globals()).
-  OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args);
+  // process state its lowering reads (see lowering_globals()). Bit i of
+  // `numbers`: argument i is a Scalar, whose value (an int as a float)
+  // counts only where the lowering reads it (x == 3 and x == 4 share a
+  // program); other ints (dims, sizes) are part of the signature.
+  OpSignature(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args, uint64_t numbers = 0);
 
   // Whether the arguments can be described (no exotic argument kinds).
   bool memoizable() const { return memoizable_; }
@@ -45,7 +48,7 @@ class OpSignature {
   const at::Tensor& group_tensor(int group) const { return *first_[group]; }
 
  private:
-  void add(const c10::IValue& v);
+  void add(const c10::IValue& v, bool number = false);
   void add_tensor(const at::Tensor& t);
 
   std::string key_;
@@ -57,7 +60,8 @@ class OpSignature {
 
 // The signature of a call, or none when the memo is off or the arguments
 // cannot be described.
-std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args);
+std::optional<OpSignature> signature_for(const void* op, uint32_t globals, c10::ArrayRef<c10::IValue> args,
+                                         uint64_t numbers = 0);
 
 // The global state every lowering may read, packed for a signature: the
 // default float and complex dtypes (torch.set_default_dtype). A plan built

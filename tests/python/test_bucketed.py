@@ -361,3 +361,72 @@ def test_views_of_padded_tensors_equal_cpu(length):
     ]
     for f, close in cases:
         _same(f(x, y, z), f(xc, yc, zc), exact=not close)
+
+
+def test_a_growing_arange_is_padded_and_equals_cpu():
+    # generate's masks compare key positions, torch.arange(kv_length), that
+    # grow by one each step
+    counts = []
+    keep = torch.tensor([[3], [11]])
+
+    def ops(n, dev):
+        a = torch.arange(n, device=dev)
+        mask = a[None, :] < keep.to(dev)  # a padding mask
+        return [a, (a + 3) <= n - 2, a[None, None, :] * 2, a.sum(), torch.arange(n, dtype=torch.int32, device=dev),
+                mask, mask.sum(1), torch.where(mask, 0.0, float("-inf"))]
+
+    for n in range(5, 40):
+        before = _programs()
+        got = ops(n, "tpu")
+        counts.append(_programs() - before)  # (the ops' programs, not the checks')
+        for g, w in zip(got, ops(n, "cpu")):
+            _same(g, w)
+    assert _padded(got[0])
+    assert counts[21:27] == [0] * 6, counts  # lengths 26..31: the bucket of 32, built at 17
+
+def test_comparisons_with_new_integer_values_reuse_their_program():
+    # x == 3 and x == 4 share a program, as x == 3.5 and x == 4.5 do; a
+    # lowering that reads an integer Scalar (pow's exponent, arange's end)
+    # still gets a program per value, and every value is right
+    x_c = torch.arange(-6, 6).reshape(3, 4)
+    x = x_c.to("tpu")
+    built = []
+    for v in range(-3, 5):
+        before = _programs()
+        for f in (lambda t: t == v, lambda t: t < v, lambda t: t != v, lambda t: t.masked_fill(t > v, v),
+                  lambda t: torch.full_like(t, v), lambda t: t.clamp(max=v)):
+            _same(f(x), f(x_c))
+        built.append(_programs() - before)
+        _same(x ** abs(v), x_c ** abs(v))
+        _same(torch.arange(v + 4, device="tpu"), torch.arange(v + 4))
+    assert built[2:] == [0] * len(built[2:]), built
+
+
+def test_attention_with_a_mask_over_a_growing_kv_cache_equals_cpu():
+    # scaled_dot_product_attention with a padding mask (generate with left
+    # padding) reads the growing cache as it is
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(6)
+    k_c = torch.randn(2, 4, 3, 8, generator=g)
+    v_c = torch.randn(2, 4, 3, 8, generator=g)
+    k, v = k_c.to("tpu"), v_c.to("tpu")
+    keep_c = torch.ones(2, 3, dtype=torch.bool)
+    keep_c[0, 0] = False
+    keep = keep_c.to("tpu")
+    counts = []
+    for step in range(24):
+        q_c = torch.randn(2, 4, 1, 8, generator=g)
+        nk, nv = torch.randn(2, 4, 1, 8, generator=g), torch.randn(2, 4, 1, 8, generator=g)
+        k_c, v_c = torch.cat([k_c, nk], 2), torch.cat([v_c, nv], 2)
+        k, v = torch.cat([k, nk.to("tpu")], 2), torch.cat([v, nv.to("tpu")], 2)
+        ones = torch.ones(2, 1, dtype=torch.bool)
+        keep_c, keep = torch.cat([keep_c, ones], 1), torch.cat([keep, ones.to("tpu")], 1)
+        q = q_c.to("tpu")
+        before = _programs()
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+        counts.append(_programs() - before)  # (the attention's programs, not the checks')
+        want = F.scaled_dot_product_attention(q_c, k_c, v_c, attn_mask=keep_c[:, None, None, :])
+        _same(got, want, exact=False)
+    assert _padded(k) and _padded(keep)
+    assert counts[14:21] == [0] * 7, counts  # lengths 18..24: the bucket of 32, built at 16
