@@ -10,6 +10,7 @@
 #include <numeric>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "csrc/aten/executor_scope.h"
 #include "csrc/aten/op_memo.h"
@@ -29,6 +30,31 @@ bool bucketing_enabled() {
   // (A torch.compile capture binds its graph's operands again by origin:
   // it sees every size.)
   return on && current_executor().mode() != exec::ExecutionMode::Capture && op_memo_enabled();
+}
+
+// The lowerings checked to run at bucket shapes: they concatenate,
+// broadcast, select, combine elementwise, reduce and contract (XLA masks
+// the padding of reductions and contractions); none slices an operand's
+// dims, bakes a count into a constant, or scans.
+bool bucketable_op(const std::string& functional) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::cat", "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar",
+      "aten::mul.Tensor", "aten::mul.Scalar", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor",
+      "aten::ne.Scalar", "aten::lt.Tensor", "aten::lt.Scalar", "aten::le.Tensor", "aten::le.Scalar",
+      "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::logical_and",
+      "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor",
+      "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
+      "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf", "aten::isnan",
+      "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax", "aten::_log_softmax",
+      "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
+      "torch_tpu::_sdpa_forward"};
+  return ops.count(functional) != 0;
+}
+
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
 }
 
 int64_t bucket_of(int64_t n) {

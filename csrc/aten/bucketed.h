@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "csrc/aten/eager.h"
@@ -29,6 +30,13 @@ class OpSignature;
 // records them, and padded values are deferred there), with the op memo on
 // and TORCH_TPU_BUCKETING not 0; not in a torch.compile capture.
 bool bucketing_enabled();
+
+// Whether the lowering of `functional` may run at bucket shapes (a checked
+// list: it bakes no operand size into its program beyond its shapes).
+bool bucketable_op(const std::string& functional);
+
+// perm's inverse (perm[i] = j: the result's [j] = i).
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
 
 // A dim's bucket: the next power of two above it (at least 16). Strictly
 // above, so that a varying dim's bucket always differs from its size.

@@ -393,37 +393,46 @@ exec::FunctionPtr function_of(const std::shared_ptr<const hlo::Builder>& b, cons
   return function;
 }
 
-TpuStorage::Value make_value(const std::shared_ptr<const hlo::Builder>& b, Value out, int device) {
-  const std::string text = b->module({out});
-  count_program_text(text);
-  TpuStorage::Value r{nullptr, b->type(out), nullptr, {}};
-  exec::Executor& ex = current_executor();
-  if (ex.fused()) {
-    r.deferred = ex.graph(device).record(function_of(b, {out}, exec::fingerprint64(text)), {})[0];
-  } else {
-    r.buffer = exec::Runtime::get().run(text, {}, device)[0];
-  }
-  return r;
-}
+namespace {
 
-TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, Value out, const TpuStorage::Value& in,
-                                int device) {
+// `b`'s program returning `out`, on `in` (none, or one value): recorded in
+// `graph` (when given), else run now.
+TpuStorage::Value small_program(const std::shared_ptr<const hlo::Builder>& b, Value out, const TpuStorage::Value* in,
+                                exec::DeferredGraph* graph, int device) {
   const std::string text = b->module({out});
   count_program_text(text);
-  TpuStorage::Value r{nullptr, b->type(out), nullptr, in.checks};
-  if (in.deferred) {
-    const uint64_t fingerprint = exec::fingerprint64(text);
-    std::vector<exec::DeferredPtr> outs = exec::DeferredGraph::record_beside(
-        in.deferred, function_of(b, {out}, fingerprint), {{nullptr, in.deferred, in.type, {}}});
+  TpuStorage::Value r{nullptr, b->type(out), nullptr, in ? in->checks : exec::Checks{}};
+  if (graph != nullptr || (in && in->deferred)) {
+    std::vector<exec::ProgramArg> args;
+    if (in) args.push_back({nullptr, in->deferred, in->type, {}});
+    exec::FunctionPtr fn = function_of(b, {out}, exec::fingerprint64(text));
+    std::vector<exec::DeferredPtr> outs =
+        graph ? graph->record(fn, args) : exec::DeferredGraph::record_beside(in->deferred, fn, args);
     if (!outs.empty()) {
       r.deferred = std::move(outs[0]);
       return r;
     }
   }
-  pjrt::BufferPtr buffer = in.deferred ? in.deferred->resolve() : in.buffer;
-  std::vector<pjrt::c::PJRT_Buffer*> raw{buffer->raw()};
+  std::vector<pjrt::c::PJRT_Buffer*> raw;
+  pjrt::BufferPtr buffer;
+  if (in) {
+    buffer = in->deferred ? in->deferred->resolve() : in->buffer;
+    raw.push_back(buffer->raw());
+  }
   r.buffer = exec::Runtime::get().run(text, raw, device)[0];
   return r;
+}
+
+}  // namespace
+
+TpuStorage::Value make_value(const std::shared_ptr<const hlo::Builder>& b, Value out, int device) {
+  exec::Executor& ex = current_executor();
+  return small_program(b, out, nullptr, ex.fused() ? &ex.graph(device) : nullptr, device);
+}
+
+TpuStorage::Value apply_program(const std::shared_ptr<const hlo::Builder>& b, Value out, const TpuStorage::Value& in,
+                                int device) {
+  return small_program(b, out, &in, nullptr, device);
 }
 
 // ---- building ------------------------------------------------------------------------
@@ -508,15 +517,13 @@ Value EagerProgram::mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims&
   std::vector<Value> starts(rank);
   hlo::Dims slice(rank, 1);
   for (size_t j = rank; j-- > 0;) {
-    const bool varies = dyn.sizes[j] != dyn.bounds[j];
     const int k = by_dim[j];
     if (k >= 0) slice[j] = merged[j] ? dyn.bounds[j] : sizes[k];
     if (dyn.bounds[j] == 1) {
       starts[j] = b.constant_int(0, DType::I64);
       continue;
     }
-    Value n = varies ? view_operand(ParamSource::Kind::PaddedSize, DType::I64, dyn.sizes[j], pos, static_cast<int>(j))
-                     : b.constant_int(dyn.bounds[j], DType::I64);
+    Value n = padded_size(dyn, j, pos);
     starts[j] = j == 0 ? rest : b.rem(rest, n);
     if (j > 0) rest = b.div(rest, n);
   }
@@ -541,6 +548,13 @@ Value EagerProgram::mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims&
   if (!std::is_sorted(order.begin(), order.end())) v = b.transpose(v, perm);
   if (placed.size() != sizes.size()) v = b.broadcast_in_dim(v, sizes, placed);
   return v;
+}
+
+// Dim j's size of the tensor a padded value holds (i64): a run-time
+// operand where it varies (read from the argument at `pos`), else its bound.
+Value EagerProgram::padded_size(const Dynamic& dyn, size_t j, ArgPosition pos) {
+  if (dyn.sizes[j] == dyn.bounds[j]) return b_->constant_int(dyn.bounds[j], DType::I64);
+  return view_operand(ParamSource::Kind::PaddedSize, DType::I64, dyn.sizes[j], pos, static_cast<int>(j));
 }
 
 // The padded value (of the proxy's bucket sizes) with each varying dim
@@ -569,11 +583,8 @@ Value EagerProgram::padded_index(Value logical, const Dynamic& dyn, ArgPosition 
   Value rest = logical, index;
   int64_t stride = 1;
   for (size_t j = dyn.bounds.size(); j-- > 0;) {
-    const bool varies = dyn.sizes[j] != dyn.bounds[j];
-    if (!varies && dyn.bounds[j] == 1) continue;
-    Value n = varies ? view_operand(ParamSource::Kind::PaddedSize, DType::I64, dyn.sizes[j], pos, static_cast<int>(j))
-                     : b.constant_int(dyn.bounds[j], DType::I64);
-    n = b.broadcast_in_dim(n, dims, {});
+    if (dyn.bounds[j] == 1) continue;  // (a varying dim's bound is at least 16)
+    Value n = b.broadcast_in_dim(padded_size(dyn, j, pos), dims, {});
     Value digit = j == 0 ? rest : b.rem(rest, n);
     Value part = b.mul(digit, b.broadcast_in_dim(b.constant_int(stride, DType::I64), dims, {}));
     index = index.valid() ? b.add(index, part) : part;

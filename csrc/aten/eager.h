@@ -223,6 +223,7 @@ class EagerProgram {
   hlo::Value stored_value(const Slot& s);
   hlo::Value dynamic_entry(Slot& s, const Dynamic& d, ArgPosition pos);
   hlo::Value padded_index(hlo::Value logical, const Dynamic& dyn, ArgPosition pos);
+  hlo::Value padded_size(const Dynamic& dyn, size_t j, ArgPosition pos);
   hlo::Value view_operand(ParamSource::Kind kind, hlo::DType dtype, int64_t value, ArgPosition pos, int part);
   hlo::Value flat_as(Slot& s, hlo::DType dtype);
   exec::Offset offset_of(const at::Tensor& t, ArgPosition pos);

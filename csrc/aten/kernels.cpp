@@ -52,6 +52,7 @@ struct Entry {
   bool bucketable = false;
   char bucketed_tag = 0;  // its address names the op's bucketed programs in the memo
   uint64_t numbers = 0;   // bit i: argument i is a Scalar (OpSignature)
+  bool grows_arange = false;  // arange.start_out: a growing arange is padded (grow_arange)
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -757,31 +758,6 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
 
 // ---- bucketed programs (bucketed.h) ----------------------------------------------------
 
-// The lowerings checked to run at bucket shapes: they concatenate,
-// broadcast, select, combine elementwise, reduce and contract (XLA masks
-// the padding of reductions and contractions); none slices an operand's
-// dims, bakes a count into a constant, or scans.
-bool bucketable_op(const std::string& functional) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::cat", "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar",
-      "aten::mul.Tensor", "aten::mul.Scalar", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor",
-      "aten::ne.Scalar", "aten::lt.Tensor", "aten::lt.Scalar", "aten::le.Tensor", "aten::le.Scalar",
-      "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::logical_and",
-      "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor",
-      "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
-      "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf", "aten::isnan",
-      "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax", "aten::_log_softmax",
-      "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
-      "torch_tpu::_sdpa_forward"};
-  return ops.count(functional) != 0;
-}
-
-std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
-  return inv;
-}
-
 // What PyTorch's meta kernel says of a bucketed call's outputs, found once
 // per bucketed signature: at the bucket sizes, and how each output dim
 // moves when each varying size does (probing each one below its bucket).
@@ -1042,7 +1018,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   if (run_bucketed(e, op, args, device, stack)) return;
-  if (e.functional == "aten::arange.start_out" && e.kind == VariantKind::Out && grow_arange(args)) {
+  if (e.grows_arange && grow_arange(args)) {
     return push_returns(stack, schema, e, args, {});
   }
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args, e.numbers);
@@ -1156,6 +1132,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.refuses_full_overlap = refuses_full_overlap(functional);
   e.takes_cpu_indices = takes_cpu_indices(functional);
   e.bucketable = bucketable_op(functional);
+  e.grows_arange = functional == "aten::arange.start_out" && kind == VariantKind::Out;
   // (the variant's own arguments: an out= variant's come first, as the functional op's)
   const auto& params = handle->schema().arguments();
   for (size_t i = 0; i < params.size() && i < 64; ++i) {
