@@ -33,21 +33,22 @@ bool bucketing_enabled() {
 }
 
 // The lowerings checked to run at bucket shapes: they concatenate,
-// broadcast, select, combine elementwise, reduce and contract (XLA masks
-// the padding of reductions and contractions); none slices an operand's
-// dims, bakes a count into a constant, or scans.
+// broadcast, select, combine elementwise, reduce, contract (XLA masks
+// the padding of reductions and contractions) and gather (advanced
+// indexing wraps and checks its indices by run-time sizes); none slices an
+// operand's dims, bakes a count into a constant, or scans.
 bool bucketable_op(const std::string& functional) {
   static const std::unordered_set<std::string> ops = {
       "aten::cat", "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar",
-      "aten::mul.Tensor", "aten::mul.Scalar", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor",
-      "aten::ne.Scalar", "aten::lt.Tensor", "aten::lt.Scalar", "aten::le.Tensor", "aten::le.Scalar",
-      "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor", "aten::ge.Scalar", "aten::logical_and",
-      "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor", "aten::bitwise_or.Tensor",
-      "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar", "aten::masked_fill.Tensor",
-      "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf", "aten::isnan",
-      "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax", "aten::_log_softmax",
-      "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
-      "torch_tpu::_sdpa_forward"};
+      "aten::rsub.Tensor", "aten::rsub.Scalar", "aten::mul.Tensor", "aten::mul.Scalar", "aten::eq.Tensor",
+      "aten::eq.Scalar", "aten::ne.Tensor", "aten::ne.Scalar", "aten::lt.Tensor", "aten::lt.Scalar",
+      "aten::le.Tensor", "aten::le.Scalar", "aten::gt.Tensor", "aten::gt.Scalar", "aten::ge.Tensor",
+      "aten::ge.Scalar", "aten::logical_and", "aten::logical_or", "aten::logical_not", "aten::bitwise_and.Tensor",
+      "aten::bitwise_or.Tensor", "aten::bitwise_not", "aten::where.self", "aten::masked_fill.Scalar",
+      "aten::masked_fill.Tensor", "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf",
+      "aten::isnan", "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax",
+      "aten::_log_softmax", "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
+      "torch_tpu::_sdpa_forward", "aten::index.Tensor", "aten::_unsafe_index.Tensor"};
   return ops.count(functional) != 0;
 }
 
@@ -287,7 +288,7 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
   for (const Proxy& px : proxies_) p.dynamic_storage(px.tensor, px.padded->sizes);
   for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying, v.map);
   if (!build(p, *sig)) return std::nullopt;
-  return p.run();
+  return p.run(actual);
 }
 
 Value padded_exit(hlo::Builder& b, Value v, const std::vector<int64_t>& bounds) {

@@ -11,6 +11,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <numeric>
 #include <cstring>
@@ -223,7 +224,8 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
   const size_t first_check = outs.size() - plan.checks.size();
   std::vector<exec::CheckPtr> own;
   own.reserve(plan.checks.size());
-  for (size_t k = 0; k < plan.checks.size(); ++k) own.push_back(check(outs[first_check + k], plan.checks[k]));
+  const std::vector<std::string>& messages = bound.messages.empty() ? plan.checks : bound.messages;
+  for (size_t k = 0; k < plan.checks.size(); ++k) own.push_back(check(outs[first_check + k], messages[k]));
   // (Without checks of its own, the op's values all carry what it read.)
   exec::Checks guards = bound.checks;
   exec::Checks guards_once;
@@ -377,6 +379,7 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
   }
   bound.written.reserve(plan.written.size());
   for (int g : plan.written) bound.written.push_back(&storage_of(sig.group_tensor(g)));
+  name_sizes(plan, bound, args);
   return bound;
 }
 
@@ -795,6 +798,7 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
   for (const auto& [ok, message] : checks_) {
     plan->outputs.push_back(ok);
     plan->checks.push_back(message);
+    plan->sized_checks = plan->sized_checks || lowering::has_size_marks(message);
   }
   for (Value v : plan->outputs) plan->output_types.push_back(b_->type(v));
   plan->text = b_->module(plan->outputs);
@@ -818,9 +822,65 @@ void EagerProgram::resized(ArgPosition pos, std::vector<int64_t> sizes) {
   resizes_.push_back({pos.arg, pos.element, std::move(sizes)});
 }
 
-std::vector<at::Tensor> EagerProgram::run() {
+std::vector<at::Tensor> EagerProgram::run(c10::ArrayRef<c10::IValue> args) {
   TORCH_CHECK(plan_, "torch_tpu internal error: EagerProgram::run before finish");
+  if (!args.empty()) name_sizes(*plan_, bound_, args);
   return launch(plan_, bound_, device_);
+}
+
+// The dynamic_storage or dynamic_view `t` is read through, if any.
+const EagerProgram::Dynamic* EagerProgram::dynamic_of(const at::Tensor& t, const DynamicView** view) const {
+  for (const DynamicView& dv : dynamic_views_) {
+    if (dv.proxy != t.unsafeGetTensorImpl()) continue;
+    *view = &dv;
+    return nullptr;
+  }
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  for (const Dynamic& d : dynamic_) {
+    if (d.storage == impl && t.storage_offset() == 0 && t.sizes().vec() == d.bounds) return &d;
+  }
+  return nullptr;
+}
+
+bool EagerProgram::varies(const at::Tensor& t, int64_t dim) const {
+  const DynamicView* view = nullptr;
+  const Dynamic* d = dynamic_of(t, &view);
+  if (view != nullptr) return dim < 64 && (view->varying >> dim & 1);
+  return d != nullptr && d->sizes[dim] != d->bounds[dim];
+}
+
+Value EagerProgram::run_time_size(const at::Tensor& t, int64_t dim, ArgPosition pos) {
+  TORCH_CHECK(varies(t, dim), "torch_tpu internal error: the run-time size of a dim that does not vary");
+  if (pos.arg < 0) replayable_ = false;
+  const DynamicView* view = nullptr;
+  const Dynamic* d = dynamic_of(t, &view);
+  const int64_t n = view != nullptr ? view->view.size(dim) : d->sizes[dim];
+  return view_operand(ParamSource::Kind::ViewSize, DType::I32, n, pos, static_cast<int>(dim));
+}
+
+void name_sizes(const ProgramPlan& plan, BoundProgram& bound, c10::ArrayRef<c10::IValue> args) {
+  if (!plan.sized_checks) return;
+  bound.messages.clear();
+  for (const std::string& m : plan.checks) {
+    std::string out;
+    size_t at = 0;
+    for (size_t open; (open = m.find('\x01', at)) != std::string::npos;) {
+      const size_t close = m.find('\x01', open + 1);
+      if (close == std::string::npos) break;
+      int arg = -1, element = -1;
+      int64_t dim = -1;
+      std::sscanf(m.c_str() + open + 1, "%d,%d,%" SCNd64, &arg, &element, &dim);
+      out.append(m, at, open - at);
+      if (arg >= 0 && static_cast<size_t>(arg) < args.size()) {
+        const c10::IValue& a = args[arg];
+        const c10::IValue& v = element >= 0 ? a.toListRef()[element] : a;
+        out += std::to_string(v.toTensor().size(dim));
+      }
+      at = close + 1;
+    }
+    out.append(m, at, std::string::npos);
+    bound.messages.push_back(std::move(out));
+  }
 }
 
 }  // namespace tpu

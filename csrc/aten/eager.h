@@ -60,6 +60,7 @@ struct ProgramPlan {
   std::vector<std::vector<int64_t>> result_strides;
   std::vector<int> written;             // per written storage: its storage group (-1 unknown)
   std::vector<std::string> checks;      // messages of the device-side checks
+  bool sized_checks = false;            // some message names run-time sizes (lowering::size_mark)
   // Per written storage: it keeps its old value when a check fails (an
   // in-place op that fails leaves its target as it was, as on CPU).
   std::vector<bool> guarded;
@@ -95,7 +96,14 @@ struct BoundProgram {
   std::vector<exec::ProgramArg> args;  // per plan parameter
   std::vector<TpuStorage*> written;    // per plan.written
   exec::Checks checks;                 // those of the storage values read
+  // The plan's check messages with this call's sizes (when it has
+  // sized_checks; else empty: the plan's own).
+  std::vector<std::string> messages;
 };
+
+// Fills in `bound.messages` from the sizes of the tensors in `args` (the
+// op's arguments at this call) where the plan's messages name them.
+void name_sizes(const ProgramPlan& plan, BoundProgram& bound, c10::ArrayRef<c10::IValue> args);
 
 // Run (or, in fused eager, record) `plan` on `bound`; returns the op's
 // results as new tensors and swaps the written storages' values.
@@ -192,8 +200,15 @@ class EagerProgram {
   // Result `index` (of finish's outputs) has these sizes and (non-contiguous,
   // dense) strides: its output value holds the elements in that order.
   void result_layout(size_t index, hlo::Dims sizes, std::vector<int64_t> strides);
-  // Run the finished plan on this program's operands.
-  std::vector<at::Tensor> run();
+  // Run the finished plan on this program's operands; `args`: the op's
+  // arguments, whose sizes the check messages name (when those differ from
+  // what the program read: a bucketed program's).
+  std::vector<at::Tensor> run(c10::ArrayRef<c10::IValue> args = {});
+  // Whether dim `dim` of `t` (an operand) has a run-time size: a bucketed
+  // operand's varying dim.
+  bool varies(const at::Tensor& t, int64_t dim) const;
+  // That size (i32, rank 0), read from the argument at `pos` at each run.
+  hlo::Value run_time_size(const at::Tensor& t, int64_t dim, ArgPosition pos);
   // This program cannot run again for other arguments (its parameters
   // depend on something the signature does not describe).
   void not_replayable() { replayable_ = false; }
@@ -245,6 +260,9 @@ class EagerProgram {
     std::vector<ViewDim> map;
   };
   hlo::Value mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims& sizes, ArgPosition pos);
+  // The dynamic_storage `t` holds whole (its proxy), or null with `*view`
+  // set to the dynamic_view it is; null for neither.
+  const Dynamic* dynamic_of(const at::Tensor& t, const DynamicView** view) const;
   std::vector<DynamicView> dynamic_views_;  // see dynamic_view
   bool replayable_ = true;
   std::vector<ProgramPlan::Resize> resizes_;

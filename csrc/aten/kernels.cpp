@@ -226,16 +226,36 @@ class EagerArgs final : public lowering::Args {
   // The arguments whose numbers the lowering read on the host.
   const std::vector<bool>& numbers_read() const { return read_; }
   std::optional<at::ScalarType> out_dtype() const override { return out_dtype_; }
+  bool varies(size_t i, int64_t dim) const override {
+    const c10::IValue& v = args_.at(i);
+    return v.isTensor() && p_.varies(v.toTensor(), dim);
+  }
+  Value run_time_size(size_t i, int64_t dim) override {
+    return p_.run_time_size(args_.at(i).toTensor(), dim, {static_cast<int>(i), -1});
+  }
   // Device-side checks name the op's inputs, since they may surface later
-  // (at the next synchronization) than the line that issued the op.
+  // (at the next synchronization) than the line that issued the op. (A
+  // bucketed operand's varying sizes are named as each run had them.)
   void check(Value ok, const std::string& message) override {
     std::string inputs;
-    for (const c10::IValue& v : args_) {
-      for_each_tensor(v, [&](const at::Tensor& t) {
-        if (!t.defined()) return;
-        inputs += inputs.empty() ? "" : ", ";
-        inputs += std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes());
-      });
+    auto name = [&](const at::Tensor& t, size_t i, int element) {
+      if (!t.defined()) return;
+      inputs += inputs.empty() ? "" : ", ";
+      inputs += std::string(c10::toString(t.scalar_type())) + "[";
+      for (int64_t d = 0; d < t.dim(); ++d) {
+        inputs += d == 0 ? "" : ", ";
+        inputs += p_.varies(t, d) ? lowering::size_mark(i, d, element) : std::to_string(t.size(d));
+      }
+      inputs += "]";
+    };
+    for (size_t i = 0; i < args_.size(); ++i) {
+      const c10::IValue& v = args_[i];
+      if (v.isTensor()) {
+        name(v.toTensor(), i, -1);
+      } else if (v.isTensorList() || (v.isList() && is_tensor_list(i))) {
+        int k = 0;
+        for (const c10::IValue& e : v.toListRef()) name(e.isTensor() ? e.toTensor() : at::Tensor(), i, k++);
+      }
     }
     p_.check(ok, inputs.empty() ? message : message + " [inputs: " + inputs + "]");
   }
@@ -776,6 +796,29 @@ struct BucketShapes {
   std::vector<Output> outputs;
 };
 
+// `v` with each tensor it holds (itself, or the entries of a Tensor[] or
+// Tensor?[] list) replaced by f(tensor); nullopt when it holds none.
+template <typename F>
+std::optional<c10::IValue> map_tensors(const c10::IValue& v, F f) {
+  if (v.isTensor()) return c10::IValue(f(v.toTensor()));
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> l;
+    for (const at::Tensor& t : v.toTensorVector()) l.push_back(f(t));
+    return c10::IValue(std::move(l));
+  }
+  if (v.isList()) {
+    const auto opt = v.toList().elementType()->cast<c10::OptionalType>();
+    if (opt && opt->getElementType()->kind() == c10::TypeKind::TensorType) {
+      c10::List<std::optional<at::Tensor>> l;
+      for (const c10::IValue& e : v.toListRef()) {
+        l.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
+      }
+      return c10::IValue(std::move(l));
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<c10::IValue> probe_args(const std::vector<c10::IValue>& pargs, const BucketedOperands& ops, size_t symbol) {
   auto meta = [&](const at::Tensor& t) -> at::Tensor {
     std::optional<std::vector<int64_t>> sizes;
@@ -786,15 +829,8 @@ std::vector<c10::IValue> probe_args(const std::vector<c10::IValue>& pargs, const
   };
   std::vector<c10::IValue> out;
   for (const c10::IValue& v : pargs) {
-    if (v.isTensor()) {
-      out.emplace_back(meta(v.toTensor()));
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> l;
-      for (const at::Tensor& t : v.toTensorVector()) l.push_back(meta(t));
-      out.emplace_back(std::move(l));
-    } else {
-      out.push_back(to_meta(v));
-    }
+    std::optional<c10::IValue> m = map_tensors(v, meta);
+    out.push_back(m ? std::move(*m) : to_meta(v));
   }
   return out;
 }
@@ -865,17 +901,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   std::vector<c10::IValue> pargs;
   pargs.reserve(args.size() + 1);
   for (const c10::IValue& v : args) {
-    if (v.isTensor()) {
-      pargs.emplace_back(ops.substitute(v.toTensor()));
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> l;
-      for (const at::Tensor& t : v.toTensorVector()) l.push_back(ops.substitute(t));
-      pargs.emplace_back(std::move(l));
-    } else if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
-      return false;
-    } else {
-      pargs.push_back(v);
-    }
+    std::optional<c10::IValue> p = map_tensors(v, [&](const at::Tensor& t) { return ops.substitute(t); });
+    pargs.push_back(p ? std::move(*p) : v);
   }
   if (!ops.any() || !ops.usable()) return false;
   c10::List<int64_t> described;

@@ -119,14 +119,23 @@ void check_all(Context& c, Value ok, const std::string& message) {
 }
 
 void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message) {
+  check_index_range(c, idx, c.b.constant_int(size, DType::I64), allow_negative, message);
+}
+
+void check_index_range(Context& c, Value idx, Value size, bool allow_negative, const std::string& message) {
   Builder& b = c.b;
   if (b.type(idx).numel() == 0) return;
   Value i = b.convert(idx, DType::I64);
   const Dims& d = b.dims(i);
-  check_all(c,
-            b.and_(b.compare(hlo::Cmp::GE, i, b.full_int(allow_negative ? -size : 0, DType::I64, d)),
-                   b.compare(hlo::Cmp::LT, i, b.full_int(size, DType::I64, d))),
+  Value n = b.broadcast_in_dim(size, d, {});
+  check_all(c, b.and_(b.compare(hlo::Cmp::GE, i, allow_negative ? b.neg(n) : b.zeros(b.type(i))),
+                      b.compare(hlo::Cmp::LT, i, n)),
             message);
+}
+
+Value dim_size(Context& c, size_t i, int64_t dim) {
+  if (!c.args.varies(i, dim)) return c.b.constant_int(c.args.info(i).sizes.at(dim), DType::I64);
+  return c.b.convert(c.args.run_time_size(i, dim), DType::I64);
 }
 
 void unsupported(Context& c, const std::string& what) {

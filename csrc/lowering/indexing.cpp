@@ -11,12 +11,14 @@ using hlo::Cmp;
 
 Value i64(Builder& b, Value v) { return b.convert(v, DType::I64); }
 
-// idx < 0 ? idx + size : idx
-Value wrap_index(Builder& b, Value idx, int64_t size) {
+// idx < 0 ? idx + size : idx (size: i64, rank 0)
+Value wrap_index(Builder& b, Value idx, Value size) {
   idx = i64(b, idx);
   Value zero = b.zeros(b.type(idx));
-  return b.select(b.compare(Cmp::LT, idx, zero), b.add(idx, b.full_int(size, DType::I64, b.dims(idx))), idx);
+  return b.select(b.compare(Cmp::LT, idx, zero), b.add(idx, b.broadcast_in_dim(size, b.dims(idx), {})), idx);
 }
+
+Value wrap_index(Builder& b, Value idx, int64_t size) { return wrap_index(b, idx, b.constant_int(size, DType::I64)); }
 
 // Coordinates for an elementwise gather/scatter along `dim` with `index`
 // (whose shape is the iteration space): [*index.shape, rank].
@@ -149,10 +151,12 @@ AdvancedIndex advanced_index(Context& c, size_t self_arg, size_t indices_arg) {
   with_one.push_back(1);
   std::vector<Value> parts;
   for (int64_t d : ai.dims) {
-    check_index_range(c, *per_dim[d], self.sizes[d], true,
+    // (a bucketed program's padded self: its run-time size)
+    const Value size = dim_size(c, self_arg, d);
+    check_index_range(c, *per_dim[d], size, true,
                       "index out of bounds for dimension " + std::to_string(d) + " with size " +
-                          std::to_string(self.sizes[d]));
-    Value idx = wrap_index(b, b.broadcast_to(*per_dim[d], batch), self.sizes[d]);
+                          c.args.size_text(self_arg, d));
+    Value idx = wrap_index(b, b.broadcast_to(*per_dim[d], batch), size);
     parts.push_back(b.reshape(idx, with_one));
   }
   ai.coords = parts.empty() ? Value{} : b.concatenate(parts, static_cast<int64_t>(batch.size()));

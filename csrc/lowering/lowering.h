@@ -50,6 +50,14 @@ struct TensorInfo {
   }
 };
 
+// In a check's message, the mark of dim `dim`'s size of argument i (a
+// tensor, or entry `element` of a tensor list): each run replaces it with
+// the size that tensor had (eager's name_sizes).
+inline std::string size_mark(size_t i, int64_t dim, int element = -1) {
+  return "\x01" + std::to_string(i) + "," + std::to_string(element) + "," + std::to_string(dim) + "\x01";
+}
+inline bool has_size_marks(const std::string& message) { return message.find('\x01') != std::string::npos; }
+
 // The arguments of one op call, by schema position.
 class Args {
  public:
@@ -125,6 +133,19 @@ class Args {
 
   // For out= variants of factories (arange.start_out): the dtype of `out`.
   virtual std::optional<at::ScalarType> out_dtype() const = 0;
+
+  // Whether dim `dim` of tensor argument i has a run-time size (a bucketed
+  // program's padded operand: its static size is the bucket's), and that
+  // size (i32, rank 0; a run-time operand). Messages name it by size_text.
+  virtual bool varies(size_t i, int64_t dim) const { return false; }
+  virtual Value run_time_size(size_t i, int64_t dim) {
+    throw std::logic_error("run_time_size of a dim that does not vary");
+  }
+  // Dim `dim`'s size of tensor argument i as message text: the number, or a
+  // mark that each run fills in with the size it had (see size_mark).
+  std::string size_text(size_t i, int64_t dim) {
+    return varies(i, dim) ? size_mark(i, dim) : std::to_string(info(i).sizes.at(dim));
+  }
 
   // Optional helpers.
   std::optional<int64_t> opt_int(size_t i) const {

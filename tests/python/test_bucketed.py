@@ -430,3 +430,79 @@ def test_attention_with_a_mask_over_a_growing_kv_cache_equals_cpu():
         _same(got, want, exact=False)
     assert _padded(k) and _padded(keep)
     assert counts[14:21] == [0] * 7, counts  # lengths 18..24: the bucket of 32, built at 16
+
+
+def test_advanced_indexing_of_growing_tensors_equals_cpu_and_compiles_once_per_bucket():
+    # generate's padding mask reads attention_mask[batch_idx, kv_idx]: an
+    # index along the growing dim, by a growing arange. Negative indices wrap
+    # by the actual size (not the bucket's), in both operands' roles.
+    g = torch.Generator().manual_seed(7)
+    b = 3
+    mask_c = torch.randint(0, 2, (b, 4), generator=g)
+    x_c = torch.randn(b, 4, 5, generator=g)
+    mask, x = mask_c.to("tpu"), x_c.to("tpu")
+    rows = torch.tensor([2, 0, -1])
+    counts = []
+    for n in range(5, 36):
+        col = torch.randint(0, 2, (b, 1), generator=g)
+        mask_c, mask = torch.cat([mask_c, col], 1), torch.cat([mask, col.to("tpu")], 1)
+        step = torch.randn(b, 1, 5, generator=g)
+        x_c, x = torch.cat([x_c, step], 1), torch.cat([x, step.to("tpu")], 1)
+
+        def ops(mask, x, dev):
+            kv = torch.arange(n, device=dev)
+            bi = torch.arange(b, device=dev)[:, None, None, None]
+            return [mask[bi, kv[None, None, None, :]],          # HF's padding_mask_function
+                    mask[:, kv - n],                            # negative, wrapped by n
+                    mask[rows.to(dev)],                         # along the static dim
+                    x[:, n - 1 - kv],                           # a middle dim, reversed
+                    x[rows.to(dev)][:, torch.tensor([0, -1, -2], device=dev)],
+                    mask[bi[:, 0, 0, 0, None], kv[None, :]].bool() & (kv[None, :] >= 1)]
+
+        before = _programs()
+        got = ops(mask, x, "tpu")
+        counts.append(_programs() - before)  # (the ops' programs, not the reads')
+        for t, c in zip(got, ops(mask_c, x_c, "cpu")):
+            _same(t, c)
+    assert _padded(got[0]) and _padded(got[3])
+    assert counts[13:26] == [0] * 13, counts  # lengths 18..30: the bucket of 32, built at 17
+
+
+def test_an_index_out_of_range_of_a_padded_tensor_names_its_actual_size():
+    # An index past the actual size but inside the bucket is out of range,
+    # as on CPU, and the message names the size the tensor has.
+    mask = torch.ones(2, 4, dtype=torch.long, device="tpu")
+    for _ in range(16):
+        mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.long, device="tpu")], 1)
+    assert _padded(mask) and mask.shape[1] == 20
+    for bad in (20, 25, -21):
+        with pytest.raises(IndexError, match=r"index out of bounds for dimension 1 with size 20.*Long\[2, 20\]"):
+            mask[:, torch.arange(3, device="tpu") + bad].cpu()
+        with pytest.raises(IndexError, match=r"with size 20"):
+            mask[torch.arange(2, device="tpu")[:, None], torch.arange(3, device="tpu")[None, :] + bad].cpu()
+    _same(mask[:, torch.tensor([-20, 19], device="tpu")], torch.ones(2, 2, dtype=torch.long))
+
+
+def test_hf_generate_with_left_padding_compiles_nothing_per_step():
+    # A batch of prompts of different lengths: generate builds its padding
+    # mask every step from the growing attention mask.
+    cpu, tpu = _hf_models()
+    ids = torch.randint(1, 256, (3, 9), generator=torch.Generator().manual_seed(8))
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0
+    mask[2, :1] = 0
+    ids = ids * mask
+
+    def generate(model, dev, n):
+        with torch.no_grad():
+            return model.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=n, min_new_tokens=n,
+                                  do_sample=False, pad_token_id=0).cpu()
+
+    added = []
+    for n in (40, 52, 12):
+        before = _programs()
+        out = generate(tpu, "tpu", n)
+        added.append(_programs() - before)
+        assert torch.equal(out, generate(cpu, "cpu", n))
+    # lengths up to 48, then up to 60: the same buckets
+    assert added[1] <= 5 and added[2] == 0, added
