@@ -48,7 +48,12 @@ bool bucketable_op(const std::string& functional) {
       "aten::masked_fill.Tensor", "aten::neg", "aten::isin.Tensor_Tensor", "aten::isneginf", "aten::isposinf",
       "aten::isnan", "aten::all.dim", "aten::any.dim", "aten::all", "aten::any", "aten::_softmax",
       "aten::_log_softmax", "aten::_safe_softmax", "aten::bmm", "aten::mm", "aten::sum", "aten::sum.dim_IntList",
-      "torch_tpu::_sdpa_forward", "aten::index.Tensor", "aten::_unsafe_index.Tensor"};
+      "torch_tpu::_sdpa_forward", "aten::index.Tensor", "aten::_unsafe_index.Tensor", "aten::gather",
+      "aten::scatter.src", "aten::scatter.value", "aten::div.Tensor", "aten::div.Scalar", "aten::clamp",
+      "aten::clamp.Tensor", "aten::clamp_min", "aten::clamp_max", "aten::abs", "aten::exp", "aten::log",
+      "aten::sqrt", "aten::rsqrt", "aten::tanh", "aten::sigmoid", "aten::reciprocal", "aten::maximum",
+      "aten::minimum", "aten::remainder.Tensor", "aten::remainder.Scalar", "aten::bitwise_xor.Tensor",
+      "aten::index_select"};
   return ops.count(functional) != 0;
 }
 
@@ -420,17 +425,28 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
       key += std::to_string(r.size(d));
     }
   }
-  // Per key, the storages of its last results.
+  // Per key, the storages of its last results and their sizes along dim. A
+  // concatenation onto one of them, or onto a tensor of one of their sizes
+  // (a result reordered in between: a beam search's index_select of its
+  // KV cache), grows a sequence.
+  struct Result {
+    uint64_t storage = 0;
+    int64_t size = -1;
+  };
   static std::mutex mu;
-  static std::unordered_map<std::string, std::array<uint64_t, 8>> recent;
+  static std::unordered_map<std::string, std::array<Result, 8>> recent;
   const uint64_t onto = storage_of(first).serial();
+  const int64_t onto_size = first.dim() == r.dim() ? first.size(dim) : -2;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (recent.size() > 4096) recent.clear();
-    std::array<uint64_t, 8>& ring = recent[key];
-    if (std::find(ring.begin(), ring.end(), onto) == ring.end()) {  // (a padded result is a new storage)
+    std::array<Result, 8>& ring = recent[key];
+    const bool grows = std::any_of(ring.begin(), ring.end(), [&](const Result& x) {
+      return x.storage == onto || x.size == onto_size;
+    });
+    if (!grows) {  // (a padded result is a new storage)
       std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
-      ring[0] = storage_of(r).serial();
+      ring[0] = {storage_of(r).serial(), r.size(dim)};
       return;
     }
   }

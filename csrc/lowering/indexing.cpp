@@ -252,10 +252,10 @@ std::vector<Value> lower_gather(Context& c) {
   const int64_t rank = b.rank(x);
   TORCH_CHECK(b.rank(idx) == rank, "Index tensor must have the same number of dimensions as input tensor");
   if (Type{DType::I64, b.dims(idx)}.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
-  check_index_range(c, idx, b.dims(x)[dim], false,
+  const bool scalar_self = self.dim() == 0;
+  check_index_range(c, idx, scalar_self ? b.constant_int(1, DType::I64) : dim_size(c, 0, dim), false,
                     std::string(exec::kRuntimeErrorCheck) + "gather(): index out of bounds for dimension " +
-                        std::to_string(dim) + " with size " +
-                        std::to_string(b.dims(x)[dim]));
+                        std::to_string(dim) + " with size " + (scalar_self ? "1" : c.args.size_text(0, dim)));
   Value r = gather_points(b, x, full_coordinates(b, idx, dim, rank));
   return one(b.reshape(r, index.sizes));
 }
@@ -276,6 +276,9 @@ DimScatter dim_scatter(Context& c) {
   const TensorInfo& self = c.args.info(0);
   const TensorInfo& index = c.args.info(2);
   DimScatter s;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (c.args.varies(0, d)) unsupported(c, "a scatter into a padded tensor");
+  }
   s.x = c.args.tensor(0);
   s.empty = index.numel() == 0;
   if (s.empty) return s;
@@ -284,21 +287,36 @@ DimScatter dim_scatter(Context& c) {
   if (s.scalar_self) s.x = b.reshape(s.x, {1});
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
-  check_index_range(c, idx, b.dims(s.x)[dim], false,
+  check_index_range(c, idx, s.scalar_self ? b.constant_int(1, DType::I64) : dim_size(c, 0, dim), false,
                     std::string(exec::kRuntimeErrorCheck) + "scatter(): index out of bounds for dimension " +
-                        std::to_string(dim) + " with size " +
-                        std::to_string(b.dims(s.x)[dim]));
+                        std::to_string(dim) + " with size " + (s.scalar_self ? "1" : c.args.size_text(0, dim)));
   s.ishape = b.dims(idx);
   s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
   return s;
 }
 
 // The source tensor at argument `i`, in self's dtype, sliced to the index shape.
+// (In a bucketed program, a padded source takes the index's run-time
+// sizes instead: a static slice of a dim that varies could cut its
+// elements.)
 Value scatter_source(Context& c, size_t i, const Dims& ishape) {
   Builder& b = c.b;
   Value src = cast(b, c.args.tensor(i), c.args.info(0).dtype);
   if (b.rank(src) == 0) src = b.reshape(src, {1});
-  return b.slice(src, Dims(ishape.size(), 0), ishape);
+  Dims limit = ishape;
+  std::vector<int64_t> resized;
+  for (int64_t d = 0; d < static_cast<int64_t>(limit.size()); ++d) {
+    if (!c.args.varies(i, d)) continue;
+    if (b.dims(src)[d] != ishape[d]) unsupported(c, "a padded source of another bucket than its index");
+    limit[d] = ishape[d];
+    resized.push_back(d);
+  }
+  src = b.slice(src, Dims(ishape.size(), 0), limit);
+  for (int64_t d : resized) {
+    src = b.set_dimension_size(src, c.args.varies(2, d) ? c.args.run_time_size(2, d)
+                                                        : b.constant_int(ishape[d], DType::I32), d);
+  }
+  return src;
 }
 
 // scatter(self, dim, index, src|value[, reduce]): src is sliced to index's shape.
@@ -396,6 +414,8 @@ std::vector<Value> lower_index_select(Context& c) {
   if (self.dim() == 0) {
     return one(x);
   }
+  // (a bucketed program selects along a static dim: a beam search's reorder of its padded KV cache)
+  if (c.args.varies(0, dim)) unsupported(c, "index_select along a padded dim");
   Value idx = index_vector(c, 2, self.sizes[dim]);
   Builder::GatherDims dn;
   for (int64_t d = 0; d < self.dim(); ++d) if (d != dim) dn.offset_dims.push_back(d);

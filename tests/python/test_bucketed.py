@@ -506,3 +506,65 @@ def test_hf_generate_with_left_padding_compiles_nothing_per_step():
         assert torch.equal(out, generate(cpu, "cpu", n))
     # lengths up to 48, then up to 60: the same buckets
     assert added[1] <= 5 and added[2] == 0, added
+
+
+def test_gather_and_scatter_by_growing_indices_equal_cpu():
+    # A repetition penalty gathers the scores of the tokens so far (a padded
+    # index), scales them and scatters them back; the padding of the index
+    # (whatever values it holds) must neither be gathered into the result
+    # nor scattered over real scores.
+    g = torch.Generator().manual_seed(9)
+    vocab, b = 50, 3
+    ids_c = torch.randint(0, vocab, (b, 4), generator=g)
+    x_c = torch.randn(b, 4, generator=g)
+    ids, x = ids_c.to("tpu"), x_c.to("tpu")
+    rows = torch.tensor([[0, 1], [2, 3], [1, 0]])
+    counts = []
+    for n in range(5, 36):
+        nxt, nx = torch.randint(0, vocab, (b, 1), generator=g), torch.randn(b, 1, generator=g)
+        ids_c, ids = torch.cat([ids_c, nxt], 1), torch.cat([ids, nxt.to("tpu")], 1)
+        x_c, x = torch.cat([x_c, nx], 1), torch.cat([x, nx.to("tpu")], 1)
+        scores_c = torch.randn(b, vocab, generator=g)
+
+        def ops(ids, x, scores, dev):
+            shifted = torch.where(ids + 5 >= vocab, ids + 5 - vocab, ids + 5)  # padding 5, not 0
+            picked = torch.gather(scores, 1, shifted.clamp(0, vocab - 1))
+            scaled = torch.where(picked < 0, picked * 1.3, picked / 1.3)
+            return [picked, scaled, scores.scatter(1, shifted, scaled), scores.scatter(1, ids, 7.0),
+                    scores.scatter(1, ids, x),                # a padded source
+                    torch.gather(x, 1, rows.to(dev)),         # from a padded tensor
+                    x.index_select(0, torch.tensor([2, 0], device=dev))]
+
+        before = _programs()
+        got = ops(ids, x, scores_c.to("tpu"), "tpu")
+        counts.append(_programs() - before)
+        for t, c in zip(got, ops(ids_c, x_c, scores_c, "cpu")):
+            _same(t, c)
+    assert _padded(got[0]) and _padded(got[6])
+    assert counts[13:26] == [0] * 13, counts  # lengths 18..30: the bucket of 32, built at 17
+    with pytest.raises(RuntimeError, match=r"gather\(\): index out of bounds for dimension 1 with size 35"):
+        torch.gather(x, 1, torch.full((b, 2), 40, device="tpu")).cpu()
+
+
+@pytest.mark.parametrize("kw", [dict(repetition_penalty=1.3), dict(num_beams=2)], ids=["penalty", "beams"])
+def test_hf_generate_with_logits_processors_and_beams_compiles_little_per_step(kw):
+    # A repetition penalty (gather and scatter by the tokens so far) and a
+    # beam search (which reorders its KV cache every step) stay bucketed.
+    cpu, tpu = _hf_models()
+    ids = torch.randint(1, 256, (2, 7), generator=torch.Generator().manual_seed(10))
+
+    def generate(model, dev, n):
+        with torch.no_grad():
+            return model.generate(ids.to(dev), attention_mask=torch.ones_like(ids).to(dev), max_new_tokens=n,
+                                  min_new_tokens=n, do_sample=False, pad_token_id=0, **kw).cpu()
+
+    added = []
+    for n in (40, 56):
+        before = _programs()
+        out = generate(tpu, "tpu", n)
+        added.append(_programs() - before)
+        assert torch.equal(out, generate(cpu, "cpu", n))
+    # 16 more steps within the buckets up to 64 (before: 8 programs per step
+    # with the penalty, 11 with beams). A beam search also sizes its
+    # bookkeeping by max_length: about 30 programs once per generate.
+    assert added[1] <= (40 if "num_beams" in kw else 16), added
