@@ -284,5 +284,9 @@ uint64_t scalar_bits(const c10::Scalar& s, hlo::DType dtype);
 c10::Scalar number_of(const c10::IValue& v);
 // The value of a one-element tensor (a CPU one read in place).
 c10::Scalar host_number(const at::Tensor& t);
+// A tensor on a tpu device.
+inline bool is_tpu(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
 
 }  // namespace tpu

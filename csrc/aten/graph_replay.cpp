@@ -125,8 +125,6 @@ const at::Tensor& tensor_at(c10::ArrayRef<c10::IValue> args, Position p) {
   return (p.element >= 0 ? a.toListRef()[p.element] : a).toTensor();
 }
 
-bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
-
 // The signature a capture is kept under: the op memo's description of the
 // arguments (dtypes, sizes, strides, storage sharing and value types, the
 // globals lowerings read) plus what the ops of a graph turn into

@@ -134,7 +134,7 @@ void check_index_range(Context& c, Value idx, Value size, bool allow_negative, c
 }
 
 Value dim_size(Context& c, size_t i, int64_t dim) {
-  if (!c.args.varies(i, dim)) return c.b.constant_int(c.args.info(i).sizes.at(dim), DType::I64);
+  if (!c.args.varies(i, dim)) return c.b.constant_int(c.args.static_size(i, dim), DType::I64);
   return c.b.convert(c.args.run_time_size(i, dim), DType::I64);
 }
 

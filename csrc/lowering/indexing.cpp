@@ -252,10 +252,9 @@ std::vector<Value> lower_gather(Context& c) {
   const int64_t rank = b.rank(x);
   TORCH_CHECK(b.rank(idx) == rank, "Index tensor must have the same number of dimensions as input tensor");
   if (Type{DType::I64, b.dims(idx)}.numel() == 0) return one(b.zeros(Type{to_hlo(self.dtype), index.sizes}));
-  const bool scalar_self = self.dim() == 0;
-  check_index_range(c, idx, scalar_self ? b.constant_int(1, DType::I64) : dim_size(c, 0, dim), false,
+  check_index_range(c, idx, dim_size(c, 0, dim), false,
                     std::string(exec::kRuntimeErrorCheck) + "gather(): index out of bounds for dimension " +
-                        std::to_string(dim) + " with size " + (scalar_self ? "1" : c.args.size_text(0, dim)));
+                        std::to_string(dim) + " with size " + c.args.size_text(0, dim));
   Value r = gather_points(b, x, full_coordinates(b, idx, dim, rank));
   return one(b.reshape(r, index.sizes));
 }
@@ -287,9 +286,9 @@ DimScatter dim_scatter(Context& c) {
   if (s.scalar_self) s.x = b.reshape(s.x, {1});
   Value idx = c.args.tensor(2);
   if (index.dim() == 0) idx = b.reshape(idx, {1});
-  check_index_range(c, idx, s.scalar_self ? b.constant_int(1, DType::I64) : dim_size(c, 0, dim), false,
+  check_index_range(c, idx, dim_size(c, 0, dim), false,
                     std::string(exec::kRuntimeErrorCheck) + "scatter(): index out of bounds for dimension " +
-                        std::to_string(dim) + " with size " + (s.scalar_self ? "1" : c.args.size_text(0, dim)));
+                        std::to_string(dim) + " with size " + c.args.size_text(0, dim));
   s.ishape = b.dims(idx);
   s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
   return s;
@@ -303,16 +302,14 @@ Value scatter_source(Context& c, size_t i, const Dims& ishape) {
   Builder& b = c.b;
   Value src = cast(b, c.args.tensor(i), c.args.info(0).dtype);
   if (b.rank(src) == 0) src = b.reshape(src, {1});
-  Dims limit = ishape;
-  std::vector<int64_t> resized;
-  for (int64_t d = 0; d < static_cast<int64_t>(limit.size()); ++d) {
+  std::vector<int64_t> varying;
+  for (int64_t d = 0; d < static_cast<int64_t>(ishape.size()); ++d) {
     if (!c.args.varies(i, d)) continue;
     if (b.dims(src)[d] != ishape[d]) unsupported(c, "a padded source of another bucket than its index");
-    limit[d] = ishape[d];
-    resized.push_back(d);
+    varying.push_back(d);  // (the slice keeps all of it)
   }
-  src = b.slice(src, Dims(ishape.size(), 0), limit);
-  for (int64_t d : resized) {
+  src = b.slice(src, Dims(ishape.size(), 0), ishape);
+  for (int64_t d : varying) {
     src = b.set_dimension_size(src, c.args.varies(2, d) ? c.args.run_time_size(2, d)
                                                         : b.constant_int(ishape[d], DType::I32), d);
   }

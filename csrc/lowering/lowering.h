@@ -144,7 +144,12 @@ class Args {
   // Dim `dim`'s size of tensor argument i as message text: the number, or a
   // mark that each run fills in with the size it had (see size_mark).
   std::string size_text(size_t i, int64_t dim) {
-    return varies(i, dim) ? size_mark(i, dim) : std::to_string(info(i).sizes.at(dim));
+    return varies(i, dim) ? size_mark(i, dim) : std::to_string(static_size(i, dim));
+  }
+  // Its static size (a 0-dim tensor's dim 0: 1, as gather and scatter see it).
+  int64_t static_size(size_t i, int64_t dim) {
+    const TensorInfo& t = info(i);
+    return t.dim() == 0 ? 1 : t.sizes.at(dim);
   }
 
   // Optional helpers.
