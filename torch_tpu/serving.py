@@ -221,6 +221,18 @@ class _SlotCache:
         return 0
 
 
+def _exact_upload(device, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The host tensors on ``device`` at their exact sizes. The step
+    functions are compiled per bucket already: their inputs must never be
+    held padded (the eager bucketing of new lengths, which would add a
+    program per size to take the exact value back)."""
+    was = torch.ops.torch_tpu._exact_new_tensors(True)
+    try:
+        return [t.to(device) for t in tensors]
+    finally:
+        torch.ops.torch_tpu._exact_new_tensors(was)
+
+
 @functools.lru_cache(maxsize=None)
 def _slot_cache_class():
     """``_SlotCache`` as a transformers ``Cache`` (models check the type);
@@ -780,10 +792,9 @@ class Engine:
         pos += range(pad)
         seg += [-1] * pad
         slot += [reqs[0].slot] * pad
-        dev = self.device
-        out = self._call("prefill", mode, torch.tensor(tokens, dtype=torch.int64).to(dev),
-                         torch.tensor([pos, seg, slot], dtype=torch.int64).to(dev),
-                         torch.tensor(meta, dtype=torch.int64).to(dev), torch.tensor(fparams).to(dev))
+        out = self._call("prefill", mode, *_exact_upload(
+            self.device, torch.tensor(tokens, dtype=torch.int64), torch.tensor([pos, seg, slot], dtype=torch.int64),
+            torch.tensor(meta, dtype=torch.int64), torch.tensor(fparams)))
         return out.cpu().tolist()[:len(reqs)]
 
     def _launch_decode(self, running: list[Request], mode: str, b: int, k: int) -> torch.Tensor:
@@ -803,9 +814,8 @@ class Engine:
             else:
                 tokens[s] = r.output_ids[-1]
             temperature[s], top_p[s] = r.params.temperature, r.params.top_p
-        dev = self.device
-        meta = torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64).to(dev)
-        fparams = torch.tensor([temperature, top_p], dtype=torch.float32).to(dev)
+        meta, fparams = _exact_upload(self.device, torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64),
+                                      torch.tensor([temperature, top_p], dtype=torch.float32))
         return self._call("decode", mode, meta, fparams, k)
 
     def _accept(self, r: Request, tok: int) -> None:

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "csrc/aten/call_site.h"
 #include "csrc/aten/executor_scope.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/exec/runtime.h"
@@ -21,6 +22,14 @@ namespace tpu {
 
 using hlo::Value;
 using lowering::to_hlo;
+
+bool bucketing_explained() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_TPU_BUCKETING");
+    return v != nullptr && std::string(v) == "explain";
+  }();
+  return on;
+}
 
 bool bucketing_enabled() {
   static const bool on = [] {  // TORCH_TPU_BUCKETING=0 turns it off (every size compiles, as before)
@@ -53,7 +62,10 @@ bool bucketable_op(const std::string& functional) {
       "aten::clamp.Tensor", "aten::clamp_min", "aten::clamp_max", "aten::abs", "aten::exp", "aten::log",
       "aten::sqrt", "aten::rsqrt", "aten::tanh", "aten::sigmoid", "aten::reciprocal", "aten::maximum",
       "aten::minimum", "aten::remainder.Tensor", "aten::remainder.Scalar", "aten::bitwise_xor.Tensor",
-      "aten::index_select"};
+      "aten::index_select", "aten::addmm", "aten::mean.dim", "aten::mean", "aten::pow.Tensor_Scalar",
+      "aten::pow.Tensor_Tensor", "aten::cos", "aten::sin", "aten::silu", "aten::gelu", "aten::relu", "aten::tril",
+      "aten::triu", "aten::cumsum", "aten::native_layer_norm", "aten::argmax", "aten::argmin", "aten::max.dim",
+      "aten::min.dim", "aten::amax", "aten::amin", "aten::max", "aten::min"};
   return ops.count(functional) != 0;
 }
 
@@ -78,6 +90,13 @@ std::vector<int64_t> bounds_of(c10::IntArrayRef sizes, const std::vector<bool>& 
 }
 
 namespace {
+
+void explain_padded(const char* what, c10::IntArrayRef sizes, const std::vector<int64_t>& bounds) {
+  if (bucketing_explained()) {
+    std::fprintf(stderr, "torch_tpu bucketing: %s of sizes %s padded to %s\n", what, c10::str(sizes).c_str(),
+                 c10::str(c10::IntArrayRef(bounds)).c_str());
+  }
+}
 
 // A full, contiguous view of a padded storage: read as the padded value.
 bool full_view(const at::Tensor& t, const TpuStorage::Padded& p) {
@@ -105,15 +124,49 @@ std::shared_ptr<TpuStorage::Padded> make_padded(TpuStorage::Value v, std::vector
   return p;
 }
 
+// The dims of a padded storage's tensor as view `t` reads them: its static
+// dims split where the view's strides fall inside them (a linear layer's
+// features read as heads × head dims), its varying dims whole.
+EagerProgram::Dims refined_dims(const at::Tensor& t, const TpuStorage::Padded& p) {
+  EagerProgram::Dims r;
+  const c10::DimVector cstrides = c10::contiguous_strides(p.sizes);
+  for (size_t j = 0; j < p.sizes.size(); ++j) {
+    const int64_t cs = cstrides[j], hi = cs * p.sizes[j];
+    std::vector<int64_t> cuts;  // strides strictly inside the dim's span, on its grid
+    if (p.sizes[j] == p.bounds[j]) {
+      for (int64_t k = 0; k < t.dim(); ++k) {
+        const int64_t st = t.stride(k);
+        if (t.size(k) > 1 && st > cs && st < hi && st % cs == 0 && hi % st == 0) cuts.push_back(st);
+      }
+    }
+    std::sort(cuts.begin(), cuts.end(), std::greater<>());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    int64_t upper = hi;
+    for (int64_t c : cuts) {
+      if (upper % c != 0) continue;
+      r.sizes.push_back(upper / c);
+      r.bounds.push_back(upper / c);
+      r.origin.push_back(-1);
+      upper = c;
+    }
+    r.sizes.push_back(upper / cs);
+    r.bounds.push_back(p.sizes[j] == p.bounds[j] ? upper / cs : p.bounds[j]);
+    r.origin.push_back(static_cast<int>(j));
+  }
+  return r;
+}
+
 // How view `t` of a padded storage's tensor takes its elements, when each
-// of its dims is a range of one dim of that tensor (a slice, a select, a
-// transpose, an expansion, an unsqueeze of it) or merges a run of its
-// static dims whole (a reshape of them): per view dim, those dims, or
-// kBroadcast (stride 0) or kUnit (size 1). Empty when it is not so (a
-// reshape that merges a varying dim, a step, a range past a dim's end).
-std::vector<EagerProgram::ViewDim> view_map(const at::Tensor& t, const TpuStorage::Padded& p, uint64_t varying) {
+// of its dims is a range of one of the tensor's dims as `dims` splits them
+// (a slice, a select, a transpose, an expansion, an unsqueeze of it) or
+// merges a run of them whole (a reshape), at most one of them varying:
+// per view dim, those dims, or kBroadcast (stride 0) or kUnit (size 1).
+// Empty when it is not so (a step, a range past a dim's end, two varying
+// dims merged).
+std::vector<EagerProgram::ViewDim> view_map(const at::Tensor& t, const EagerProgram::Dims& dims, uint64_t varying) {
   using ViewDim = EagerProgram::ViewDim;
-  const std::vector<int64_t>& canon = p.sizes;
+  const std::vector<int64_t>& canon = dims.sizes;
+  const std::vector<int64_t>& bounds = dims.bounds;
   const c10::DimVector cstrides = c10::contiguous_strides(canon);
   // where the view starts in each dim of the tensor
   std::vector<int64_t> start(canon.size());
@@ -136,13 +189,16 @@ std::vector<EagerProgram::ViewDim> view_map(const at::Tensor& t, const TpuStorag
       while (j < rank && !(canon[j] > 1 && cstrides[j] == t.stride(k))) ++j;
       if (j == rank || used[j]) return {};
       int first = j;
-      if (start[j] + t.size(k) > canon[j]) {  // a run of whole static dims, merged
+      if (start[j] + t.size(k) > canon[j]) {  // a run of whole dims, merged
         int64_t merged = canon[j];
         while (merged < t.size(k) && first > 0) merged *= canon[--first];
         if (merged != t.size(k)) return {};
+        int varying_dims = 0;  // (XLA merges one varying dim with static ones, its elements first)
         for (int i = first; i <= j; ++i) {
-          if (used[i] || start[i] != 0 || canon[i] != p.bounds[i]) return {};
+          if (used[i] || start[i] != 0) return {};
+          varying_dims += canon[i] != bounds[i];
         }
+        if (varying_dims > 1) return {};
       }
       // (a varying dim of the view is all of its dim: it keeps the bucket)
       if ((varying >> k & 1) && start[j] != 0) return {};
@@ -183,7 +239,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
     }
     const c10::TensorImpl* whole = proxy->tensor.unsafeGetTensorImpl();
     if (std::none_of(dim_symbols_.begin(), dim_symbols_.end(), [&](const auto& e) { return e.first == whole; })) {
-      dim_symbols_.emplace_back(whole, note_dims(padded->sizes, padded->bounds));
+      dim_symbols_.emplace_back(whole, note_dims(padded->sizes, padded->bounds, {}));
     }
     return proxy->tensor;
   }
@@ -205,14 +261,40 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
       }
     }
   }
+  EagerProgram::Dims dims = refined_dims(t, *padded);
+  std::vector<EagerProgram::ViewDim> map = view_map(t, dims, varying);
+  if (dims.sizes.size() == canon.size()) dims = {};  // (nothing split)
+  const std::vector<int64_t>& rsizes = dims.sizes.empty() ? canon : dims.sizes;
+  const std::vector<int64_t>& rbounds = dims.sizes.empty() ? padded->bounds : dims.bounds;
+  // A dim merging a varying dim with static ones (batch and sequence, as a
+  // linear layer flattens them) varies with it: the proxy has the merged
+  // bounds, the symbol is the varying dim's, times the static sizes.
+  std::vector<int64_t> multiplier(t.dim(), 1);
+  for (size_t k = 0; k < map.size(); ++k) {
+    if (map[k].first < 0 || map[k].first == map[k].last) continue;
+    int64_t bound = 1, static_part = 1;
+    bool any = false;
+    for (int i = map[k].first; i <= map[k].last; ++i) {
+      bound *= rbounds[i];
+      if (rsizes[i] != rbounds[i]) {
+        any = true;
+      } else {
+        static_part *= rsizes[i];
+      }
+    }
+    if (!any) continue;
+    sizes[k] = bound;
+    varying |= uint64_t{1} << k;
+    multiplier[k] = static_part;
+  }
   // Its own strides keep the view's layout; the program reads the actual ones.
   std::vector<int64_t> strides = dense_strides_like(t, sizes);
   int64_t extent = 1;
   for (size_t d = 0; d < sizes.size(); ++d) extent += (sizes[d] - 1) * strides[d];
   if (extent > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
   at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
-  views_.push_back({v, t, varying, view_map(t, *padded, varying)});
-  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes));
+  views_.push_back({v, t, varying, std::move(map), std::move(dims)});
+  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes, multiplier));
   return v;
 }
 
@@ -230,16 +312,34 @@ std::vector<int64_t> dense_strides_like(const at::Tensor& t, c10::IntArrayRef si
   return strides;
 }
 
-std::vector<int> BucketedOperands::note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket) {
-  std::vector<int> out(actual.size(), -1);
+std::vector<BucketedOperands::DimSymbol> BucketedOperands::note_dims(const std::vector<int64_t>& actual,
+                                                                      const std::vector<int64_t>& bucket,
+                                                                      const std::vector<int64_t>& multiplier) {
+  std::vector<DimSymbol> out(actual.size());
   for (size_t d = 0; d < actual.size(); ++d) {
     if (actual[d] == bucket[d]) continue;
+    const int64_t m = multiplier.empty() ? 1 : multiplier[d];
     size_t s = 0;
-    while (s < symbols_.size() && symbols_[s].actual != actual[d]) ++s;
-    if (s == symbols_.size()) symbols_.push_back({actual[d], bucket[d]});
-    out[d] = static_cast<int>(s);
+    while (s < symbols_.size() && symbols_[s].actual != actual[d] / m) ++s;
+    if (s == symbols_.size()) symbols_.push_back({actual[d] / m, bucket[d] / m});
+    out[d] = {static_cast<int>(s), m};
   }
   return out;
+}
+
+std::optional<BucketedOperands::SymbolDim> BucketedOperands::symbol_dim(size_t symbol) const {
+  for (const auto& [impl, dims] : dim_symbols_) {
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d].symbol != static_cast<int>(symbol)) continue;
+      for (const Proxy& p : proxies_) {
+        if (p.tensor.unsafeGetTensorImpl() == impl) return SymbolDim{p.tensor, static_cast<int64_t>(d), dims[d].multiplier};
+      }
+      for (const View& v : views_) {
+        if (v.proxy.unsafeGetTensorImpl() == impl) return SymbolDim{v.proxy, static_cast<int64_t>(d), dims[d].multiplier};
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<std::vector<int64_t>> BucketedOperands::probe_sizes(const at::Tensor& proxy, size_t symbol) const {
@@ -248,8 +348,8 @@ std::optional<std::vector<int64_t>> BucketedOperands::probe_sizes(const at::Tens
     std::vector<int64_t> sizes = proxy.sizes().vec();
     bool any = false;
     for (size_t d = 0; d < dims.size(); ++d) {
-      if (dims[d] == static_cast<int>(symbol)) {
-        sizes[d] -= 1;
+      if (dims[d].symbol == static_cast<int>(symbol)) {
+        sizes[d] -= dims[d].multiplier;
         any = true;
       }
     }
@@ -259,22 +359,40 @@ std::optional<std::vector<int64_t>> BucketedOperands::probe_sizes(const at::Tens
   return std::nullopt;
 }
 
+bool BucketedOperands::rows_of(const at::Tensor& proxy) {
+  if (views_.size() != 1 || proxies_.size() != 1 || views_[0].proxy.unsafeGetTensorImpl() != proxy.unsafeGetTensorImpl()) {
+    return false;
+  }
+  View& v = views_[0];
+  if (v.map.empty() || !(v.varying & 1) || v.map[0].first == v.map[0].last || v.varying != 1) return false;
+  v.rows = true;
+  return true;
+}
+
 void BucketedOperands::describe(c10::List<int64_t>& key) const {
   for (const Proxy& p : proxies_) {
     for (size_t d = 0; d < p.padded->sizes.size(); ++d) key.push_back(p.padded->sizes[d] != p.padded->bounds[d]);
     key.push_back(-1);
   }
   for (const View& v : views_) {
-    key.push_back(static_cast<int64_t>(v.varying));
+    key.push_back(static_cast<int64_t>(v.varying) * 4 + v.rows * 2 + (v.view.storage_offset() == 0));
     key.push_back(static_cast<int64_t>(v.map.size()));
     for (const EagerProgram::ViewDim& d : v.map) {
       key.push_back(d.first);
       key.push_back(d.last);
     }
+    for (size_t d = 0; d < v.dims.bounds.size(); ++d) {  // (the split, in the map's terms)
+      key.push_back(v.dims.bounds[d]);
+      key.push_back(v.dims.origin[d]);
+    }
+    key.push_back(-4);
   }
   key.push_back(-2);
   for (const auto& [impl, dims] : dim_symbols_) {
-    for (int s : dims) key.push_back(s);
+    for (const DimSymbol& s : dims) {
+      key.push_back(s.symbol);
+      if (s.symbol >= 0) key.push_back(s.multiplier);
+    }
     key.push_back(-3);
   }
 }
@@ -291,7 +409,7 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
   }
   EagerProgram p(device_, &*sig);
   for (const Proxy& px : proxies_) p.dynamic_storage(px.tensor, px.padded->sizes);
-  for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying, v.map);
+  for (const View& v : views_) p.dynamic_view(v.proxy, v.view, v.varying, v.map, v.dims, v.rows);
   if (!build(p, *sig)) return std::nullopt;
   return p.run(actual);
 }
@@ -369,6 +487,80 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
   return true;
 }
 
+namespace {
+
+// Which dims of a new tensor of `sizes` vary, from the last sizes seen
+// under `key` (a kind of new tensor, recent_key): those that two recent tensors and this one give three sizes,
+// agreeing on every other dim (a mask made at each length of a sequence,
+// the token ids of prompts of several lengths). A lone new size, a size
+// seen recently, or tensors of unrelated shapes stay exact. None: empty.
+thread_local bool exact_new = false;  // set_exact_new_tensors
+
+std::vector<bool> recent_varying_dims(int64_t key, c10::IntArrayRef sizes) {
+  const size_t rank = sizes.size();
+  if (rank == 0 || rank > 8 || exact_new) return {};
+  struct Seen {
+    std::array<int64_t, 8> sizes{};  // (zero-filled past the rank; all zero: none)
+    uint8_t varying = 0;             // what was decided for them
+  };
+  using Ring = std::array<Seen, 8>;  // the last distinct sizes, most recent first
+  static std::mutex mu;
+  static std::unordered_map<int64_t, Ring> recent;
+  std::array<int64_t, 8> now{};
+  std::copy(sizes.begin(), sizes.end(), now.begin());
+  auto as_bits = [&](uint8_t bits) {
+    std::vector<bool> v;
+    for (size_t d = 0; d < rank && bits != 0; ++d) v.push_back(bits >> d & 1);
+    if (bits != 0) v.resize(rank);
+    return v;
+  };
+  std::lock_guard<std::mutex> lock(mu);
+  if (recent.size() > 4096) recent.clear();
+  Ring& ring = recent[key];
+  // A size seen recently gets the same answer (a batch index made at every
+  // step stays exact; a mask of the token ids' length is padded as they are).
+  auto seen = std::find_if(ring.begin(), ring.end(), [&](const Seen& e) { return e.sizes == now; });
+  if (seen != ring.end()) {
+    std::rotate(ring.begin(), seen, seen + 1);
+    return as_bits(ring[0].varying);
+  }
+  uint8_t varying = 0;
+  for (size_t i = 0; i < ring.size() && ring[i].sizes[0] > 0; ++i) {
+    for (size_t j = i + 1; j < ring.size() && ring[j].sizes[0] > 0; ++j) {
+      uint8_t three = 0;
+      bool related = true;
+      for (size_t d = 0; d < rank && related; ++d) {
+        const int64_t x = now[d], y = ring[i].sizes[d], z = ring[j].sizes[d];
+        const bool differ = x != y && y != z && x != z && x > 1;
+        if (differ) three |= uint8_t(1) << d;
+        related = differ || (x == y && y == z);
+      }
+      if (related && three != 0) varying = three;
+    }
+  }
+  std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
+  ring[0] = {now, varying};
+  return as_bits(varying);
+}
+
+// The kind of a new tensor: what makes it (`kind`), its dtype, rank and
+// device, and the Python line that asked for it (a batch index and a
+// sequence's positions are both aranges, from different lines).
+int64_t recent_key(int kind, const at::Tensor& t) {
+  const int device = t.device().has_index() ? t.device().index() : 0;
+  const int64_t what =
+      ((static_cast<int64_t>(kind) * 64 + static_cast<int64_t>(t.scalar_type())) * 16 + t.dim()) * 4096 + device;
+  return static_cast<int64_t>(python_call_site() ^ static_cast<uint64_t>(what));
+}
+
+// A new tensor that holds its whole storage, densely.
+bool covers_own_storage(const at::Tensor& t) {
+  return t.numel() > 0 && t.storage_offset() == 0 && t.is_contiguous() && !t.is_complex() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes() && !storage_of(t).padded();
+}
+
+}  // namespace
+
 bool grow_arange(c10::ArrayRef<c10::IValue> args) {
   if (!bucketing_enabled() || args.size() != 4 || !args[3].isTensor() || !args[0].isInt() || !args[1].isInt() ||
       !args[2].isInt() || args[0].toInt() != 0 || args[2].toInt() != 1) {
@@ -385,26 +577,69 @@ bool grow_arange(c10::ArrayRef<c10::IValue> args) {
       out.storage_offset() != 0 || out.stride(0) != 1 || static_cast<size_t>(n) * out.element_size() != out.storage().nbytes()) {
     return false;
   }
+  // (a sequence's positions at each length of it: at the third length)
+  if (recent_varying_dims(recent_key(2, out), out.sizes()).empty()) return false;
   const int device = out.device().has_index() ? out.device().index() : 0;
-  static std::mutex mu;
-  static std::unordered_map<int, std::array<int64_t, 8>> recent;  // by dtype and device: the last lengths
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    std::array<int64_t, 8>& ring = recent.try_emplace(static_cast<int>(dtype) * 4096 + device).first->second;
-    // (grown twice: a lone arange(n) after an arange(n - 1) stays exact)
-    const bool grows = std::find(ring.begin(), ring.end(), n - 1) != ring.end() &&
-                       std::find(ring.begin(), ring.end(), n - 2) != ring.end();
-    if (std::find(ring.begin(), ring.end(), n) == ring.end()) {
-      std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
-      ring[0] = n;
-    }
-    if (!grows) return false;
-  }
   // Its first n elements are 0, ..., n - 1 whatever n is: iota at the bucket.
   const int64_t bound = bucket_of(n);
   auto b = std::make_shared<hlo::Builder>();
   const Value v = b->iota(hlo::Type{to_hlo(dtype), {bound}}, 0);
   storage_of(out).set_padded(make_padded(make_value(b, v, device), {n}, {bound}));
+  explain_padded("an arange", out.sizes(), {bound});
+  return true;
+}
+
+
+bool set_exact_new_tensors(bool on) {
+  const bool was = exact_new;
+  exact_new = on;
+  return was;
+}
+
+bool grow_fill(c10::ArrayRef<c10::IValue> args) {
+  if (!bucketing_enabled() || args.empty() || args.size() > 2 || !args[0].isTensor() ||
+      (args.size() == 2 && !args[1].isScalar())) {
+    return false;
+  }
+  const at::Tensor& self = args[0].toTensor();
+  if (!covers_own_storage(self)) return false;
+  const std::vector<bool> varying = recent_varying_dims(recent_key(0, self), self.sizes());
+  if (varying.empty()) return false;
+  // The same number everywhere, whatever the sizes: a value of the bounds,
+  // the number a run-time operand (one program per bucket and dtype).
+  const int device = self.device().has_index() ? self.device().index() : 0;
+  const std::vector<int64_t> bounds = bounds_of(self.sizes(), varying);
+  const hlo::Type scalar{to_hlo(self.scalar_type()), {}};
+  TpuStorage::Value number{exec::Runtime::get().scalar_buffer(
+                               scalar.dtype, scalar_bits(args.size() == 2 ? args[1].toScalar() : c10::Scalar(0), scalar.dtype), device),
+                           scalar, nullptr, {}};
+  auto b = std::make_shared<hlo::Builder>();
+  const Value v = b->broadcast_in_dim(b->param(scalar), bounds, {});
+  storage_of(self).set_padded(make_padded(apply_program(b, v, number, device), self.sizes().vec(), bounds));
+  explain_padded("a fill", self.sizes(), bounds);
+  return true;
+}
+
+bool pad_upload(const at::Tensor& dst, const at::Tensor& host) {
+  if (!bucketing_enabled() || !(dst.scalar_type() == at::kLong || dst.scalar_type() == at::kBool) ||
+      dst.dim() > 3 || !covers_own_storage(dst) || !host.is_contiguous() || host.sizes() != dst.sizes() ||
+      host.scalar_type() != dst.scalar_type()) {
+    return false;
+  }
+  const std::vector<bool> varying = recent_varying_dims(recent_key(1, dst), dst.sizes());
+  if (varying.empty()) return false;
+  // Padded on the host: the transfer is the only work.
+  const std::vector<int64_t> bounds = bounds_of(dst.sizes(), varying);
+  at::Tensor padded = at::zeros(bounds, host.options());
+  at::Tensor inner = padded;
+  for (int64_t d = 0; d < dst.dim(); ++d) inner = inner.narrow(d, 0, dst.size(d));
+  inner.copy_(host);
+  const auto& rt = exec::Runtime::get();
+  const int device = dst.device().has_index() ? dst.device().index() : 0;
+  const hlo::Type type{to_hlo(dst.scalar_type()), bounds};
+  pjrt::BufferPtr buf = rt.client().from_host(padded.data_ptr(), exec::to_pjrt(type.dtype), type.dims, rt.device(device));
+  storage_of(dst).set_padded(make_padded(TpuStorage::Value{std::move(buf), type, nullptr, {}}, dst.sizes().vec(), bounds));
+  explain_padded("an upload", dst.sizes(), bounds);
   return true;
 }
 
@@ -461,6 +696,7 @@ void pad_if_growing(at::Tensor& r, int64_t dim, size_t num_inputs, const at::Ten
   high[dim] = bounds[dim] - r.size(dim);
   value = b->pad(value, b->zeros(hlo::Type{v.type.dtype, {}}), hlo::Dims(r.dim(), 0), high);
   const int device = r.device().has_index() ? r.device().index() : 0;
+  explain_padded("a growing concatenation", r.sizes(), bounds);
   r = padded_tensor(make_padded(apply_program(b, value, v, device), r.sizes().vec(), std::move(bounds)),
                     r.scalar_type(), device);
 }

@@ -30,6 +30,9 @@ class OpSignature;
 // records them, and padded values are deferred there), with the op memo on
 // and TORCH_TPU_BUCKETING not 0; not in a torch.compile capture.
 bool bucketing_enabled();
+// TORCH_TPU_BUCKETING=explain: say on stderr why an op that reads a padded
+// tensor runs at its exact sizes, and which new tensors are padded.
+bool bucketing_explained();
 
 // Whether the lowering of `functional` may run at bucket shapes (a checked
 // list: it bakes no operand size into its program beyond its shapes).
@@ -64,6 +67,13 @@ class BucketedOperands {
   bool any() const { return !proxies_.empty(); }
   // Every replaced operand can be read in a bucketed program.
   bool usable() const { return usable_; }
+  // Whether `proxy` stands for a view whose dim 0 merges a varying dim
+  // with static ones (a linear layer's flattened batch and sequence) and no
+  // other proxy exists: if so, marks it to be read as rows, the merge
+  // reshaping the padded value as it is (the padding rows in between, not
+  // moved behind), for an op that computes each row of its result from
+  // that row alone (a matrix product's rows).
+  bool rows_of(const at::Tensor& proxy);
   // What tells the programs of these proxies apart beyond their signature:
   // which dims vary, and which of them have equal actual sizes.
   void describe(c10::List<int64_t>& key) const;
@@ -78,6 +88,13 @@ class BucketedOperands {
   // bucket (shape inference probes how outputs vary); nullopt for a tensor
   // that is no proxy or has none of them.
   std::optional<std::vector<int64_t>> probe_sizes(const at::Tensor& proxy, size_t symbol) const;
+  // A proxy dim whose size is `multiplier` times the symbol's (the first
+  // one found), to read its run-time size from.
+  struct SymbolDim {
+    at::Tensor proxy;
+    int64_t dim, multiplier;
+  };
+  std::optional<SymbolDim> symbol_dim(size_t symbol) const;
   // Runs the bucketed program of the call keyed by `key` (the proxies and
   // whatever else tells programs apart; `tag` names the op, `numbers` its
   // Scalar arguments as OpSignature takes them): the plan kept
@@ -103,12 +120,21 @@ class BucketedOperands {
     at::Tensor proxy, view;  // (the view the proxy stands for)
     uint64_t varying;        // the dims of the view that vary (the proxy has their bucket)
     std::vector<EagerProgram::ViewDim> map;  // see EagerProgram::dynamic_view (empty: read by a gather)
+    EagerProgram::Dims dims;  // the tensor's dims the map refers to (empty: as the storage holds them)
+    bool rows = false;       // see rows_of
   };
   std::vector<View> views_;
   std::vector<Symbol> symbols_;
-  // Per proxy tensor (a whole or a view): the symbol of each dim, -1 static.
-  std::vector<std::pair<const c10::TensorImpl*, std::vector<int>>> dim_symbols_;
-  std::vector<int> note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket);
+  // Per proxy tensor (a whole or a view): the symbol of each dim (-1:
+  // static), and the static factor its size has beyond the symbol's (a
+  // dim merging batch and sequence: the batch).
+  struct DimSymbol {
+    int symbol = -1;
+    int64_t multiplier = 1;
+  };
+  std::vector<std::pair<const c10::TensorImpl*, std::vector<DimSymbol>>> dim_symbols_;
+  std::vector<DimSymbol> note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket,
+                                   const std::vector<int64_t>& multiplier);
 };
 
 // `v` leaving a bucketed program: a static value of `bounds` (of v's rank)
@@ -130,13 +156,32 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst);
 // bucketed. `first` is the concatenation's first input.
 void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs, const at::Tensor& first);
 
-// arange.start_out(start, end, step, out): torch.arange(n) into `out` (a
-// new contiguous tensor of n elements covering its storage) when recent
-// calls made arange(n - 2) and arange(n - 1) of the same dtype (the key
-// positions of a growing
-// sequence, as generate's attention masks make them): `out` holds a padded
-// value, made by one program per bucket. False otherwise (the op runs as
-// usual).
+// New tensors whose sizes keep changing from call to call (masks and
+// positions made at each length of a sequence, the token ids of prompts of
+// several lengths) are padded from the third distinct size of a kind of
+// tensor (its dtype and rank), in the dims that took three sizes while the
+// others stayed: the ops reading them then run bucketed.
+//
+// On this thread, new tensors are never padded by these rules while `on`
+// (the serving engine's uploads go straight into programs compiled for
+// their exact sizes); returns the previous setting.
+bool set_exact_new_tensors(bool on);
+
+// fill_(self, value) or zero_(self) on a tensor covering its own storage
+// (torch.ones((n, n)), zeros, ones_like of a growing tensor): `self` holds a padded value, one
+// program per bucket and dtype (the number is a run-time operand). False
+// otherwise (the op runs as usual).
+bool grow_fill(c10::ArrayRef<c10::IValue> args);
+
+// `host` (contiguous, of dst's sizes and dtype) copied into `dst` (a new
+// tensor covering its storage), when dst holds token ids or a mask (int64
+// or bool, rank 3 at most): padded on the host, the transfer is the only
+// work. False otherwise (the caller copies as usual).
+bool pad_upload(const at::Tensor& dst, const at::Tensor& host);
+
+// arange.start_out(0, n, 1, out): torch.arange(n) into `out` (a new
+// contiguous tensor of n elements covering its storage): one iota program
+// per bucket. False otherwise (the op runs as usual).
 bool grow_arange(c10::ArrayRef<c10::IValue> args);
 
 }  // namespace tpu

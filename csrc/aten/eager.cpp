@@ -495,8 +495,8 @@ void EagerProgram::dynamic_storage(const at::Tensor& proxy, std::vector<int64_t>
 }
 
 void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying,
-                                std::vector<ViewDim> map) {
-  dynamic_views_.push_back({proxy.unsafeGetTensorImpl(), view, varying, std::move(map)});
+                                std::vector<ViewDim> map, Dims dims, bool rows) {
+  dynamic_views_.push_back({proxy.unsafeGetTensorImpl(), view, varying, std::move(map), std::move(dims), rows});
 }
 
 // A view read through its map (dynamic_view): the padded value sliced at
@@ -507,7 +507,17 @@ void EagerProgram::dynamic_view(const at::Tensor& proxy, const at::Tensor& view,
 Value EagerProgram::mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims& sizes, ArgPosition pos) {
   hlo::Builder& b = *b_;
   const Dynamic& dyn = *s.dynamic;
-  const size_t rank = dyn.bounds.size();
+  // (the storage tensor's dims as the map refers to them: maybe split)
+  const bool split = !dv.dims.sizes.empty();
+  const size_t rank = split ? dv.dims.bounds.size() : dyn.bounds.size();
+  auto bound = [&](size_t j) { return split ? dv.dims.bounds[j] : dyn.bounds[j]; };
+  auto varies = [&](size_t j) {
+    const int o = split ? dv.dims.origin[j] : static_cast<int>(j);
+    return o >= 0 && dyn.sizes[o] != dyn.bounds[o];
+  };
+  auto size_of = [&](size_t j) {  // (i64)
+    return varies(j) ? padded_size(dyn, split ? dv.dims.origin[j] : j, pos) : b.constant_int(bound(j), DType::I64);
+  };
   std::vector<int> by_dim(rank, -1);  // the view dim ranging over each dim
   std::vector<bool> merged(rank);     // part of a run of dims a view dim merges
   for (size_t k = 0; k < dv.map.size(); ++k) {
@@ -521,16 +531,24 @@ Value EagerProgram::mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims&
   hlo::Dims slice(rank, 1);
   for (size_t j = rank; j-- > 0;) {
     const int k = by_dim[j];
-    if (k >= 0) slice[j] = merged[j] ? dyn.bounds[j] : sizes[k];
-    if (dyn.bounds[j] == 1) {
+    if (k >= 0) slice[j] = merged[j] ? bound(j) : sizes[k];
+    if (bound(j) == 1) {
       starts[j] = b.constant_int(0, DType::I64);
       continue;
     }
-    Value n = padded_size(dyn, j, pos);
+    Value n = size_of(j);
     starts[j] = j == 0 ? rest : b.rem(rest, n);
     if (j > 0) rest = b.div(rest, n);
   }
-  Value v = b.dynamic_slice(s.full, starts, slice);
+  // (a view from the storage's start over all of the bucket: the value itself;
+  // the plan's key tells a zero offset apart)
+  const Value whole = split ? b.reshape(s.full, dv.dims.bounds) : s.full;
+  Value v = dv.view.storage_offset() == 0 && slice == b.dims(whole) ? whole : b.dynamic_slice(whole, starts, slice);
+  // A varying dim merged with static ones: its run-time size set before
+  // the reshape (XLA moves the merged dim's elements first).
+  for (size_t j = 0; j < rank && !dv.rows; ++j) {
+    if (merged[j] && varies(j)) v = b.set_dimension_size(v, b.convert(size_of(j), DType::I32), static_cast<int64_t>(j));
+  }
   // The view's dims in the storage's order, then in its own.
   hlo::Dims kept, order;
   for (size_t j = 0; j < rank; ++j) {
@@ -669,7 +687,8 @@ Value EagerProgram::input(const at::Tensor& t, ArgPosition pos) {
                                            [&](Value logical) { return padded_index(logical, *s.dynamic, pos); });
       }
       for (int64_t k = 0; k < view.dim(); ++k) {
-        if (dv.varying >> k & 1) {
+        const bool merged = !dv.map.empty() && dv.map[k].first != dv.map[k].last;  // (sized by its merge)
+        if ((dv.varying >> k & 1) && !merged) {
           v = b_->set_dimension_size(v, view_operand(ParamSource::Kind::ViewSize, DType::I32, view.size(k), pos, k), k);
         }
       }

@@ -170,8 +170,18 @@ class EagerProgram {
   struct ViewDim {
     int first = kUnit, last = kUnit;  // dims first..last
   };
+  // `dims`: the storage tensor's dims the map refers to, when they are
+  // not its own: its static dims split further (sizes and bounds per dim,
+  // and the storage dim each comes from, -1 for a piece of a split one;
+  // only static dims are split). `rows`: its merged dims are reshaped as
+  // the padded value holds them (the padding rows in between; see
+  // BucketedOperands::rows_of).
+  struct Dims {
+    std::vector<int64_t> sizes, bounds;
+    std::vector<int> origin;
+  };
   void dynamic_view(const at::Tensor& proxy, const at::Tensor& view, uint64_t varying,
-                    std::vector<ViewDim> map = {});
+                    std::vector<ViewDim> map = {}, Dims dims = {}, bool rows = false);
 
   // The value of `t` in the program: a tpu tensor of this program's device,
   // or a 0-dim CPU tensor (a scalar operand) found at `pos` of the arguments.
@@ -258,6 +268,8 @@ class EagerProgram {
     at::Tensor view;
     uint64_t varying;
     std::vector<ViewDim> map;
+    Dims dims;
+    bool rows;
   };
   hlo::Value mapped_view(Slot& s, const DynamicView& dv, const hlo::Dims& sizes, ArgPosition pos);
   // The dynamic_storage `t` holds whole (its proxy), or null with `*view`

@@ -54,6 +54,7 @@ struct Entry {
   char bucketed_tag = 0;  // its address names the op's bucketed programs in the memo
   uint64_t numbers = 0;   // bit i: argument i is a Scalar (OpSignature)
   bool grows_arange = false;  // arange.start_out: a growing arange is padded (grow_arange)
+  bool grows_fill = false;    // fill_.Scalar: a fill at changing sizes is padded (grow_fill)
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -679,11 +680,82 @@ std::shared_ptr<const BucketShapes> bucket_shapes(const Entry& e, const c10::Ope
   return result;
 }
 
+// TORCH_TPU_BUCKETING=explain: why an op reading a padded tensor ran at
+// its exact sizes (a program per size), on stderr.
+void explain_exact(const std::string& op, const std::string& why) {
+  if (bucketing_explained()) std::fprintf(stderr, "torch_tpu bucketing: %s ran at exact sizes: %s\n", op.c_str(), why.c_str());
+}
+
+std::string first_line(const char* what) {
+  const std::string s(what);
+  return s.substr(0, s.find('\n'));
+}
+
+bool any_padded(const std::vector<c10::IValue>& args) {
+  bool any = false;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) { any = any || (t.defined() && is_tpu(t) && storage_of(t).padded()); });
+  }
+  return any;
+}
+
+// `t` covers all of a padded storage, densely (in any shape).
+bool padded_whole(const at::Tensor& t) {
+  return t.defined() && is_tpu(t) && t.storage_offset() == 0 && t.is_contiguous() && storage_of(t).padded() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+
+// A bucketed call's output: its sizes (in memory order), and the tensor
+// its padded storage holds (the same, or with dim `split` held as two).
+struct OutputShape {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> held, bounds;
+  int split = -1;     // the dim held as (its slope, the symbol's size)
+  size_t symbol = 0;
+};
+
+// Where tensor `t` is among `args` (itself, or an entry of a list).
+ArgPosition position_of(c10::ArrayRef<c10::IValue> args, const at::Tensor& t) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor() && v.toTensor().unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return {static_cast<int>(i), -1};
+    if (!v.isList()) continue;
+    c10::ArrayRef<c10::IValue> l = v.toListRef();
+    for (size_t j = 0; j < l.size(); ++j) {
+      if (l[j].isTensor() && l[j].toTensor().unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+        return {static_cast<int>(i), static_cast<int>(j)};
+      }
+    }
+  }
+  return {};
+}
+
+// `v` (of the output's bucket sizes, its one varying dim XLA-sized at
+// slope × n) reshaped to the dims its padded storage holds: that dim split
+// into (slope, n), n varying.
+Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
+  std::vector<Value> dims;
+  for (size_t d = 0; d < o.bounds.size(); ++d) {
+    dims.push_back(b.reshape(d == static_cast<size_t>(o.split) + 1 ? n : b.constant_int(o.bounds[d], hlo::DType::I32), {1}));
+  }
+  hlo::Type bounded{b.dtype(v), o.bounds};
+  bounded.bounded = uint64_t{1} << (o.split + 1);
+  return b.retype(b.dynamic_reshape(v, b.concatenate(dims, 0), bounded), hlo::Type{b.dtype(v), o.bounds});
+}
+
 // Runs a bucketable op at bucket shapes when an operand has a padded
 // storage; false when it cannot (the op then runs as usual, on exact values).
 bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int device,
                   torch::jit::Stack* stack) {
-  if (!e.bucketable || e.kind != VariantKind::Functional || !bucketing_enabled()) return false;
+  // (an in-place op runs as its functional op when it writes all of a
+  // padded tensor: the result's padded value becomes the tensor's)
+  const bool inplace = e.kind == VariantKind::Inplace && !args.empty() && args[0].isTensor() &&
+                       padded_whole(args[0].toTensor());
+  if (!(e.kind == VariantKind::Functional || inplace) || !bucketing_enabled()) return false;
+  if (!e.bucketable) {
+    if (bucketing_explained() && any_padded(args)) explain_exact(e.functional, "its lowering is not checked for bucket shapes");
+    return false;
+  }
   BucketedOperands ops(device);
   std::vector<c10::IValue> pargs;
   pargs.reserve(args.size() + 1);
@@ -691,27 +763,62 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
     std::optional<c10::IValue> p = map_tensors(v, [&](const at::Tensor& t) { return ops.substitute(t); });
     pargs.push_back(p ? std::move(*p) : v);
   }
-  if (!ops.any() || !ops.usable()) return false;
+  if (!ops.any()) return false;
+  if (!ops.usable()) {
+    explain_exact(e.functional, "an operand is a view of another dtype, a math bit, or a varying dim of size 1");
+    return false;
+  }
+  // A matrix product of a flattened sequence by a static matrix: each row
+  // alone makes its row of the result, so the padding rows may stay where
+  // they are, and the result is in the bucket layout as it comes.
+  const int lhs = e.functional == "aten::mm" ? 0 : e.functional == "aten::addmm" ? 1 : -1;
+  const bool rows = lhs >= 0 && pargs[lhs].isTensor() && ops.rows_of(pargs[lhs].toTensor());
   c10::List<int64_t> described;
   ops.describe(described);
   const std::shared_ptr<const BucketShapes> shapes = bucket_shapes(e, op, pargs, described, ops);
-  if (!shapes) return false;
-  // Per output: its sizes at the actual sizes (in memory order), and bounds.
+  if (!shapes) {
+    explain_exact(e.functional, "its output shapes at the buckets could not be found (an operand of an actual size "
+                                "meets a padded one, or two varying sizes must match)");
+    return false;
+  }
+  // Per output: its sizes at the actual sizes (in memory order), and the
+  // tensor its padded storage holds.
   const std::vector<BucketedOperands::Symbol>& symbols = ops.symbols();
-  std::vector<std::vector<int64_t>> out_sizes, out_bounds;
+  std::vector<OutputShape> out;
   for (const BucketShapes::Output& o : shapes->outputs) {
-    std::vector<int64_t> sizes = o.sizes;
-    std::vector<bool> varying(sizes.size());
-    for (size_t d = 0; d < sizes.size(); ++d) {
+    OutputShape r;
+    r.sizes = o.sizes;
+    std::vector<bool> varying(r.sizes.size());
+    for (size_t d = 0; d < r.sizes.size(); ++d) {
       for (size_t k = 0; k < symbols.size(); ++k) {
-        sizes[d] -= o.slopes[d][k] * (symbols[k].bound - symbols[k].actual);
+        r.sizes[d] -= o.slopes[d][k] * (symbols[k].bound - symbols[k].actual);
         varying[d] = varying[d] || o.slopes[d][k] != 0;
       }
-      if (sizes[d] < 0) return false;
+      if (r.sizes[d] < 0) return false;
     }
-    out_bounds.push_back(bounds_of(sizes, varying));
-    for (int64_t b : out_bounds.back()) described.push_back(b);
-    out_sizes.push_back(std::move(sizes));
+    r.held = r.sizes;
+    r.bounds = bounds_of(r.sizes, varying);
+    // One varying dim that is a static size times a varying one (a linear
+    // layer's flattened batch and sequence): held split in two, so that
+    // the views splitting it again read it by slicing.
+    if (std::count(varying.begin(), varying.end(), true) == 1) {
+      const size_t d = std::find(varying.begin(), varying.end(), true) - varying.begin();
+      for (size_t k = 0; k < symbols.size(); ++k) {
+        const int64_t slope = o.slopes[d][k];
+        if (slope > 1 && o.sizes[d] == slope * symbols[k].bound &&
+            std::count(o.slopes[d].begin(), o.slopes[d].end(), 0) + 1 == static_cast<std::ptrdiff_t>(symbols.size())) {
+          r.split = static_cast<int>(d);
+          r.symbol = k;
+          r.held.insert(r.held.begin() + d, slope);
+          r.held[d + 1] = symbols[k].actual;
+          r.bounds = r.held;
+          r.bounds[d + 1] = symbols[k].bound;
+        }
+      }
+    }
+    for (int64_t b : r.bounds) described.push_back(b);
+    described.push_back(r.split);
+    out.push_back(std::move(r));
   }
   pargs.emplace_back(std::move(described));  // (keys the plan; not an argument of the op)
 
@@ -723,7 +830,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
         std::vector<Value> outputs;
         try {
           outputs = e.fn(ctx);
-        } catch (const std::exception&) {
+        } catch (const std::exception& ex) {
+          explain_exact(e.functional, std::string("its lowering refused the bucket shapes: ") + first_line(ex.what()));
           return false;  // (the usual path raises the error, or runs the op)
         }
         if (a.data_dependent() || outputs.size() != shapes->outputs.size()) return false;
@@ -731,11 +839,25 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
         for (size_t k = 0; k < outputs.size(); ++k) {
           const BucketShapes::Output& o = shapes->outputs[k];
           if (!outputs[k].valid() || b.dims(outputs[k]) != o.bucket_sizes || b.dtype(outputs[k]) != to_hlo(o.dtype)) {
+            explain_exact(e.functional, "its lowering gave other shapes at the buckets");
             return false;
           }
           const std::vector<int64_t>& perm = shapes->outputs[k].perm;
           if (!std::is_sorted(perm.begin(), perm.end())) outputs[k] = b.transpose(outputs[k], perm);
-          outputs[k] = padded_exit(b, outputs[k], out_bounds[k]);
+          if (rows) {
+            // (a product's rows split as its operand's: anything else would
+            // hold the padding rows in between as elements)
+            if (out[k].split != 0 || b.dims(outputs[k])[0] != out[k].bounds[0] * out[k].bounds[1]) return false;
+            outputs[k] = b.reshape(outputs[k], out[k].bounds);
+          } else if (out[k].split >= 0) {
+            const std::optional<BucketedOperands::SymbolDim> from = ops.symbol_dim(out[k].symbol);
+            const ArgPosition pos = from ? position_of(pargs, from->proxy) : ArgPosition{};
+            if (pos.arg < 0) return false;
+            Value n = p.run_time_size(from->proxy, from->dim, pos);
+            if (from->multiplier != 1) n = b.div(n, b.constant_int(from->multiplier, hlo::DType::I32));
+            outputs[k] = split_exit(b, outputs[k], out[k], n);
+          }
+          outputs[k] = padded_exit(b, outputs[k], out[k].bounds);
         }
         std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);
         if (plan->replayable) keep_plan(sig, pargs, a.numbers_read(), plan, ctx.precision_read.has_value());
@@ -743,9 +865,23 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
       });
   if (!results) return false;
   for (size_t k = 0; k < results->size(); ++k) {
-    (*results)[k] = bucketed_result((*results)[k], out_sizes[k], std::move(out_bounds[k]), device);
+    (*results)[k] = bucketed_result((*results)[k], out[k].held, std::move(out[k].bounds), device);
+    if (out[k].split >= 0) (*results)[k] = (*results)[k].view(out[k].sizes);
     const std::vector<int64_t>& perm = shapes->outputs[k].perm;
     if (!std::is_sorted(perm.begin(), perm.end())) (*results)[k] = (*results)[k].permute(inverse_permutation(perm));
+  }
+  if (inplace) {
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& r = (*results)[0];
+    std::shared_ptr<const TpuStorage::Padded> held = storage_of(r).padded();
+    // (the same sizes, dtype and layout, padded alike: else the op runs as usual)
+    if (results->size() != 1 || !held || r.scalar_type() != self.scalar_type() || !r.sizes().equals(self.sizes()) ||
+        !r.is_contiguous()) {
+      explain_exact(e.functional, "the in-place op's result is not padded as its tensor");
+      return false;
+    }
+    storage_of(self).set_padded(std::move(held));
+    results->clear();
   }
   push_returns(stack, op.schema(), e, args, std::move(*results));
   return true;
@@ -832,7 +968,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   if (run_bucketed(e, op, args, device, stack)) return;
-  if (e.grows_arange && grow_arange(args)) {
+  if ((e.grows_arange && grow_arange(args)) || (e.grows_fill && grow_fill(args))) {
     return push_returns(stack, schema, e, args, {});
   }
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args, e.numbers);
@@ -947,6 +1083,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.takes_cpu_indices = takes_cpu_indices(functional);
   e.bucketable = bucketable_op(functional);
   e.grows_arange = functional == "aten::arange.start_out" && kind == VariantKind::Out;
+  e.grows_fill = (functional == "aten::fill.Scalar" || functional == "aten::zero") && kind == VariantKind::Inplace;
   // (the variant's own arguments: an out= variant's come first, as the functional op's)
   const auto& params = handle->schema().arguments();
   for (size_t i = 0; i < params.size() && i < 64; ++i) {

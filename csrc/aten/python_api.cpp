@@ -5,6 +5,7 @@
 #include <chrono>
 #include <torch/library.h>
 
+#include "csrc/aten/bucketed.h"
 #include "csrc/aten/eager.h"
 #include "csrc/aten/executor_scope.h"
 #include "csrc/aten/generator.h"
@@ -141,6 +142,8 @@ std::vector<int64_t> memory_stats(int64_t device) {
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
 void set_memory_limit_bytes(int64_t device, int64_t bytes) { set_memory_limit(static_cast<int>(device), bytes); }
 void set_dump_on_cache_miss(bool on) { exec::ExecutableCache::set_dump_on_miss(on); }
+
+bool exact_new_tensors(bool on) { return set_exact_new_tensors(on); }
 void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
 std::vector<int64_t> mem_get_info(int64_t device) {
   DeviceMemory d = device_memory(static_cast<int>(device));
@@ -280,6 +283,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("reset_accumulated_memory_stats(int device) -> ()", &reset_accumulated_memory_stats);
   m.def("mem_get_info(int device) -> int[]", &mem_get_info);
   m.def("_set_dump_on_cache_miss(bool on) -> ()", &set_dump_on_cache_miss);
+  m.def("_exact_new_tensors(bool on) -> bool", &exact_new_tensors);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
   m.def("initial_seed(int device) -> int", &initial_seed);
   m.def("seed(int device) -> int", &seed);

@@ -213,6 +213,26 @@ at::Tensor to_host(const at::Tensor& src, at::ScalarType dtype) {
   return to_host_into(src, at::empty(src.sizes(), at::TensorOptions().dtype(dtype)));
 }
 
+// A padded storage (bucketed.h) is read whole and sliced on the host: no
+// program per size for the exact value. False when src is not on one.
+bool read_padded_into(const at::Tensor& src, at::Tensor& out) {
+  const std::shared_ptr<const TpuStorage::Padded> padded = storage_of(src).padded();
+  if (!padded || to_hlo(src.scalar_type()) != padded->type.dtype || src.is_conj() || src.is_neg()) return false;
+  const pjrt::BufferPtr buffer = padded->deferred ? padded->deferred->resolve() : padded->buffer;
+  at::Tensor whole = at::empty(padded->bounds, at::TensorOptions().dtype(src.scalar_type()));
+  buffer->to_host(whole.data_ptr(), whole.nbytes());
+  try {
+    exec::verify_checks(padded->checks);
+  } catch (const exec::CheckFailure& e) {
+    raise_check_failure(e);
+  }
+  at::Tensor exact = whole;
+  for (size_t d = 0; d < padded->sizes.size(); ++d) exact = exact.narrow(static_cast<int64_t>(d), 0, padded->sizes[d]);
+  exact = exact.contiguous().view(-1);
+  out.copy_(exact.as_strided(src.sizes(), src.strides(), src.storage_offset()));
+  return true;
+}
+
 // Reads src's values into `out`, a contiguous host tensor of src's sizes.
 at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
   const at::ScalarType dtype = out.scalar_type();
@@ -223,6 +243,7 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
     verify_device_checks(src);
     return out;
   }
+  if (read_padded_into(src, out)) return out;
   TpuStorage::Value val = storage_of(src).value();
   if (!val.buffer) return out.zero_();  // never written: zero bytes are zero in every dtype
   at::Tensor t = src;
@@ -266,6 +287,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst_tpu) {
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    if (pad_upload(dst, host)) return dst;
     const auto& rt = exec::Runtime::get();
     const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
     pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,

@@ -33,7 +33,16 @@ Value mean_impl(Context& c, const Dims& dims, bool keepdim, std::optional<at::Sc
   Builder& b = c.b;
   const at::ScalarType compute = opmath_type(out);
   Value s = sum_over(b, cast(b, c.args.tensor(0), compute), dims);
-  const double n = static_cast<double>(count_over(in.sizes, dims));
+  // A bucketed operand's varying dims count at their run-time sizes.
+  double n = 1;
+  for (int64_t d : dims) {
+    if (c.args.varies(0, d)) {
+      Value size = b.broadcast_in_dim(b.convert(c.args.run_time_size(0, d), to_hlo(compute)), b.dims(s), {});
+      s = b.div(s, size);
+    } else {
+      n *= static_cast<double>(in.sizes[d]);
+    }
+  }
   Value m = b.div(s, k(b, n, s));
   return cast(b, keep_dims(b, m, in.sizes, dims, keepdim), out);
 }

@@ -113,6 +113,7 @@ MODE_POLICY = {
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
     "test_bucketed.py":    ("all", "all"),
+    "test_bucketed_prefill.py": ("all", "all"),
 }
 
 

@@ -504,8 +504,10 @@ def test_hf_generate_with_left_padding_compiles_nothing_per_step():
         out = generate(tpu, "tpu", n)
         added.append(_programs() - before)
         assert torch.equal(out, generate(cpu, "cpu", n))
-    # lengths up to 48, then up to 60: the same buckets
-    assert added[1] <= 5 and added[2] == 0, added
+    # lengths up to 48, then up to 60: the same buckets (the second prefill
+    # may build a few: its positions are padded, its token ids, a length
+    # seen before, are not)
+    assert added[1] <= 8 and added[2] == 0, added
 
 
 def test_gather_and_scatter_by_growing_indices_equal_cpu():
