@@ -365,6 +365,16 @@ bool BucketedOperands::rows_of(const at::Tensor& proxy) {
   }
   View& v = views_[0];
   if (v.map.empty() || !(v.varying & 1) || v.map[0].first == v.map[0].last || v.varying != 1) return false;
+  // The varying dim must be the merge's innermost (batch, then sequence):
+  // only then are the padded value's rows, as they lie, the bucket layout
+  // of (the static dims, the varying one). A sequence-major merge has its
+  // padding rows after the static ones' and is read compacted.
+  const TpuStorage::Padded& p = *proxies_[0].padded;
+  const bool refined = !v.dims.sizes.empty();
+  const int last = v.map[0].last;
+  const int64_t size = refined ? v.dims.sizes[last] : p.sizes[last];
+  const int64_t bound = refined ? v.dims.bounds[last] : p.bounds[last];
+  if (size == bound) return false;
   v.rows = true;
   return true;
 }

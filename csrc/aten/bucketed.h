@@ -67,9 +67,10 @@ class BucketedOperands {
   bool any() const { return !proxies_.empty(); }
   // Every replaced operand can be read in a bucketed program.
   bool usable() const { return usable_; }
-  // Whether `proxy` stands for a view whose dim 0 merges a varying dim
-  // with static ones (a linear layer's flattened batch and sequence) and no
-  // other proxy exists: if so, marks it to be read as rows, the merge
+  // Whether `proxy` stands for a view whose dim 0 merges static dims with
+  // a varying one innermost (a linear layer's flattened batch and
+  // sequence) and no other proxy exists: if so, marks it to be read as
+  // rows, the merge
   // reshaping the padded value as it is (the padding rows in between, not
   // moved behind), for an op that computes each row of its result from
   // that row alone (a matrix product's rows).

@@ -5,6 +5,7 @@ linear layers, norms, rotary embeddings and attention then read them at
 bucket shapes, so a new prompt length within a bucket compiles nothing.
 Every value, dtype, shape and stride equals CPU's."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import run_python
@@ -67,6 +68,37 @@ def test_views_merging_and_splitting_a_varying_dim_equal_cpu():
 
     for t, c in _growing(batch, width, 14, seed=4):
         for got, want in zip(ops(t, c.shape[1]), ops(c, c.shape[1])):
+            _same(got, want, exact=False)
+    assert _padded(t)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_merges_with_the_varying_dim_anywhere_equal_cpu(dim):
+    # The varying dim outermost (sequence-major), in the middle or
+    # innermost of the dims a view merges: every layout reads right.
+    g = torch.Generator().manual_seed(10 + dim)
+    sizes = [3, 4, 5]
+    sizes[dim] = 2
+    c = torch.randn(sizes, generator=g)
+    t = c.to("tpu")
+    m_c = torch.randn(5, 6, generator=g)
+    m = m_c.to("tpu")
+
+    def ops(x, m):
+        a, b, w = x.shape
+        out = [x.flatten(0, 1) * 2, x.flatten(1).cumsum(-1), x.flatten().argmax(), x.flatten(0, 1).sum(0),
+               x.transpose(0, 1).flatten(0, 1) + 1, x.flatten(1).softmax(-1)]
+        if w == 5:  # (the product's width is static)
+            y = x.flatten(0, 1) @ m
+            out += [y, y.view(a, b, 6).transpose(0, 1) * 3, F.linear(x.flatten(0, 1), m.t(), m[0]).view(a, b, 6).sum(1)]
+        return out
+
+    for _ in range(10):
+        extra = list(sizes)
+        extra[dim] = 1
+        n = torch.randn(extra, generator=g)
+        c, t = torch.cat([c, n], dim), torch.cat([t, n.to("tpu")], dim)
+        for got, want in zip(ops(t, m), ops(c, m_c)):
             _same(got, want, exact=False)
     assert _padded(t)
 
