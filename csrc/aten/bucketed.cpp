@@ -89,6 +89,10 @@ std::vector<int64_t> bounds_of(c10::IntArrayRef sizes, const std::vector<bool>& 
   return b;
 }
 
+void explain_exact(const std::string& op, const std::string& why) {
+  if (bucketing_explained()) std::fprintf(stderr, "torch_tpu bucketing: %s ran at exact sizes: %s\n", op.c_str(), why.c_str());
+}
+
 namespace {
 
 void explain_padded(const char* what, c10::IntArrayRef sizes, const std::vector<int64_t>& bounds) {
@@ -499,16 +503,29 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
 
 namespace {
 
-// Which dims of a new tensor of `sizes` vary, from the last sizes seen
-// under `key` (a kind of new tensor, recent_key): those that two recent tensors and this one give three sizes,
-// agreeing on every other dim (a mask made at each length of a sequence,
-// the token ids of prompts of several lengths). A lone new size, a size
-// seen recently, or tensors of unrelated shapes stay exact. None: empty.
 thread_local bool exact_new = false;  // set_exact_new_tensors
 
-std::vector<bool> recent_varying_dims(int64_t key, c10::IntArrayRef sizes) {
+// The kind of a new tensor: what makes it (`kind`), its dtype, rank and
+// device, and the Python line that asked for it (a batch index and a
+// sequence's positions are both aranges, from different lines).
+int64_t recent_key(int kind, const at::Tensor& t) {
+  const int device = t.device().has_index() ? t.device().index() : 0;
+  const int64_t what =
+      ((static_cast<int64_t>(kind) * 64 + static_cast<int64_t>(t.scalar_type())) * 16 + t.dim()) * 4096 + device;
+  return static_cast<int64_t>(python_call_site() ^ static_cast<uint64_t>(what));
+}
+
+// Which dims of new tensor `t` (made by `kind`) vary, from the last sizes
+// seen of its kind (recent_key): those that two recent tensors and this
+// one give three sizes, agreeing on every other dim (a mask made at each
+// length of a sequence, the token ids of prompts of several lengths). A
+// lone new size, a size seen recently, or tensors of unrelated shapes stay
+// exact. None: empty.
+std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
+  const c10::IntArrayRef sizes = t.sizes();
   const size_t rank = sizes.size();
   if (rank == 0 || rank > 8 || exact_new) return {};
+  const int64_t key = recent_key(kind, t);  // (only now: it looks at the Python frame)
   struct Seen {
     std::array<int64_t, 8> sizes{};  // (zero-filled past the rank; all zero: none)
     uint8_t varying = 0;             // what was decided for them
@@ -553,16 +570,6 @@ std::vector<bool> recent_varying_dims(int64_t key, c10::IntArrayRef sizes) {
   return as_bits(varying);
 }
 
-// The kind of a new tensor: what makes it (`kind`), its dtype, rank and
-// device, and the Python line that asked for it (a batch index and a
-// sequence's positions are both aranges, from different lines).
-int64_t recent_key(int kind, const at::Tensor& t) {
-  const int device = t.device().has_index() ? t.device().index() : 0;
-  const int64_t what =
-      ((static_cast<int64_t>(kind) * 64 + static_cast<int64_t>(t.scalar_type())) * 16 + t.dim()) * 4096 + device;
-  return static_cast<int64_t>(python_call_site() ^ static_cast<uint64_t>(what));
-}
-
 // A new tensor that holds its whole storage, densely.
 bool covers_own_storage(const at::Tensor& t) {
   return t.numel() > 0 && t.storage_offset() == 0 && t.is_contiguous() && !t.is_complex() &&
@@ -588,7 +595,7 @@ bool grow_arange(c10::ArrayRef<c10::IValue> args) {
     return false;
   }
   // (a sequence's positions at each length of it: at the third length)
-  if (recent_varying_dims(recent_key(2, out), out.sizes()).empty()) return false;
+  if (recent_varying_dims(2, out).empty()) return false;
   const int device = out.device().has_index() ? out.device().index() : 0;
   // Its first n elements are 0, ..., n - 1 whatever n is: iota at the bucket.
   const int64_t bound = bucket_of(n);
@@ -598,7 +605,6 @@ bool grow_arange(c10::ArrayRef<c10::IValue> args) {
   explain_padded("an arange", out.sizes(), {bound});
   return true;
 }
-
 
 bool set_exact_new_tensors(bool on) {
   const bool was = exact_new;
@@ -613,7 +619,7 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args) {
   }
   const at::Tensor& self = args[0].toTensor();
   if (!covers_own_storage(self)) return false;
-  const std::vector<bool> varying = recent_varying_dims(recent_key(0, self), self.sizes());
+  const std::vector<bool> varying = recent_varying_dims(0, self);
   if (varying.empty()) return false;
   // The same number everywhere, whatever the sizes: a value of the bounds,
   // the number a run-time operand (one program per bucket and dtype).
@@ -636,7 +642,7 @@ bool pad_upload(const at::Tensor& dst, const at::Tensor& host) {
       host.scalar_type() != dst.scalar_type()) {
     return false;
   }
-  const std::vector<bool> varying = recent_varying_dims(recent_key(1, dst), dst.sizes());
+  const std::vector<bool> varying = recent_varying_dims(1, dst);
   if (varying.empty()) return false;
   // Padded on the host: the transfer is the only work.
   const std::vector<int64_t> bounds = bounds_of(dst.sizes(), varying);

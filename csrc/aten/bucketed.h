@@ -33,6 +33,9 @@ bool bucketing_enabled();
 // TORCH_TPU_BUCKETING=explain: say on stderr why an op that reads a padded
 // tensor runs at its exact sizes, and which new tensors are padded.
 bool bucketing_explained();
+// Under explain: op `op` read a padded tensor but runs at its exact sizes
+// (a program per size), because `why`.
+void explain_exact(const std::string& op, const std::string& why);
 
 // Whether the lowering of `functional` may run at bucket shapes (a checked
 // list: it bakes no operand size into its program beyond its shapes).

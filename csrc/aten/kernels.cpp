@@ -55,6 +55,7 @@ struct Entry {
   uint64_t numbers = 0;   // bit i: argument i is a Scalar (OpSignature)
   bool grows_arange = false;  // arange.start_out: a growing arange is padded (grow_arange)
   bool grows_fill = false;    // fill_.Scalar: a fill at changing sizes is padded (grow_fill)
+  int rows_operand = -1;      // mm, addmm: the matrix whose rows make the result's (BucketedOperands::rows_of)
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -680,17 +681,6 @@ std::shared_ptr<const BucketShapes> bucket_shapes(const Entry& e, const c10::Ope
   return result;
 }
 
-// TORCH_TPU_BUCKETING=explain: why an op reading a padded tensor ran at
-// its exact sizes (a program per size), on stderr.
-void explain_exact(const std::string& op, const std::string& why) {
-  if (bucketing_explained()) std::fprintf(stderr, "torch_tpu bucketing: %s ran at exact sizes: %s\n", op.c_str(), why.c_str());
-}
-
-std::string first_line(const char* what) {
-  const std::string s(what);
-  return s.substr(0, s.find('\n'));
-}
-
 bool any_padded(const std::vector<c10::IValue>& args) {
   bool any = false;
   for (const c10::IValue& v : args) {
@@ -747,15 +737,15 @@ Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
 // storage; false when it cannot (the op then runs as usual, on exact values).
 bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int device,
                   torch::jit::Stack* stack) {
-  // (an in-place op runs as its functional op when it writes all of a
-  // padded tensor: the result's padded value becomes the tensor's)
-  const bool inplace = e.kind == VariantKind::Inplace && !args.empty() && args[0].isTensor() &&
-                       padded_whole(args[0].toTensor());
-  if (!(e.kind == VariantKind::Functional || inplace) || !bucketing_enabled()) return false;
+  if (e.kind == VariantKind::Out || !bucketing_enabled()) return false;
   if (!e.bucketable) {
     if (bucketing_explained() && any_padded(args)) explain_exact(e.functional, "its lowering is not checked for bucket shapes");
     return false;
   }
+  // (an in-place op runs as its functional op when it writes all of a
+  // padded tensor: the result's padded value becomes the tensor's)
+  const bool inplace = e.kind == VariantKind::Inplace;
+  if (inplace && !(!args.empty() && args[0].isTensor() && padded_whole(args[0].toTensor()))) return false;
   BucketedOperands ops(device);
   std::vector<c10::IValue> pargs;
   pargs.reserve(args.size() + 1);
@@ -771,8 +761,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   // A matrix product of a flattened sequence by a static matrix: each row
   // alone makes its row of the result, so the padding rows may stay where
   // they are, and the result is in the bucket layout as it comes.
-  const int lhs = e.functional == "aten::mm" ? 0 : e.functional == "aten::addmm" ? 1 : -1;
-  const bool rows = lhs >= 0 && pargs[lhs].isTensor() && ops.rows_of(pargs[lhs].toTensor());
+  const bool rows = e.rows_operand >= 0 && pargs[e.rows_operand].isTensor() &&
+                    ops.rows_of(pargs[e.rows_operand].toTensor());
   c10::List<int64_t> described;
   ops.describe(described);
   const std::shared_ptr<const BucketShapes> shapes = bucket_shapes(e, op, pargs, described, ops);
@@ -831,7 +821,12 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
         try {
           outputs = e.fn(ctx);
         } catch (const std::exception& ex) {
-          explain_exact(e.functional, std::string("its lowering refused the bucket shapes: ") + first_line(ex.what()));
+          if (bucketing_explained()) {
+            const std::string what = ex.what();
+            std::string why = "its lowering refused the bucket shapes: ";
+            why.append(what, 0, what.find('\n'));
+            explain_exact(e.functional, why);
+          }
           return false;  // (the usual path raises the error, or runs the op)
         }
         if (a.data_dependent() || outputs.size() != shapes->outputs.size()) return false;
@@ -1084,6 +1079,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.bucketable = bucketable_op(functional);
   e.grows_arange = functional == "aten::arange.start_out" && kind == VariantKind::Out;
   e.grows_fill = (functional == "aten::fill.Scalar" || functional == "aten::zero") && kind == VariantKind::Inplace;
+  e.rows_operand = functional == "aten::mm" ? 0 : functional == "aten::addmm" ? 1 : -1;
   // (the variant's own arguments: an out= variant's come first, as the functional op's)
   const auto& params = handle->schema().arguments();
   for (size_t i = 0; i < params.size() && i < 64; ++i) {

@@ -47,13 +47,17 @@ int tpu_index(const at::Tensor& t) { return t.device().has_index() ? t.device().
 
 // A failed device-side check surfaces when the host reads a value that
 // depends on it (device_check.h).
-void verify_device_checks(const at::Tensor& t) {
+// Raises the first failed device-side check of `checks` with PyTorch's
+// exception type.
+void verify(const exec::Checks& checks) {
   try {
-    exec::verify_checks(storage_of(t).raw_value().checks);
+    exec::verify_checks(checks);
   } catch (const exec::CheckFailure& e) {
     raise_check_failure(e);
   }
 }
+
+void verify_device_checks(const at::Tensor& t) { verify(storage_of(t).raw_value().checks); }
 
 // dst (tpu) <- src (tpu, same device), converted and broadcast.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
@@ -221,11 +225,7 @@ bool read_padded_into(const at::Tensor& src, at::Tensor& out) {
   const pjrt::BufferPtr buffer = padded->deferred ? padded->deferred->resolve() : padded->buffer;
   at::Tensor whole = at::empty(padded->bounds, at::TensorOptions().dtype(src.scalar_type()));
   buffer->to_host(whole.data_ptr(), whole.nbytes());
-  try {
-    exec::verify_checks(padded->checks);
-  } catch (const exec::CheckFailure& e) {
-    raise_check_failure(e);
-  }
+  verify(padded->checks);
   at::Tensor exact = whole;
   for (size_t d = 0; d < padded->sizes.size(); ++d) exact = exact.narrow(static_cast<int64_t>(d), 0, padded->sizes[d]);
   exact = exact.contiguous().view(-1);
