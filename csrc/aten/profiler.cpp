@@ -46,8 +46,10 @@ int64_t now_ns() {
 struct Span {
   int device = 0;
   bool fused = false;
-  int64_t launched = 0, end = 0;
+  int64_t launched = 0;
+  std::atomic<int64_t> end{0};  // set by the completion callback (another thread)
   uint64_t correlation = 0;
+  std::shared_ptr<pjrt::Event> done;
 };
 
 // What the recording sessions collect (one at a time).
@@ -66,6 +68,7 @@ void observe(int device, const std::shared_ptr<pjrt::Event>& done, bool fused) {
   span->fused = fused;
   span->launched = now_ns();
   span->correlation = t_correlation.empty() ? 0 : t_correlation.back();
+  span->done = done;
   {
     std::lock_guard<std::mutex> lock(g_recorder.mu);
     g_recorder.spans.push_back(span);
@@ -86,20 +89,22 @@ class Session : public libkineto::IActivityProfilerSession {
 
   void stop() override {
     g_recording = false;
-    // Programs still running finish first (their spans need an end).
-    if (exec::Runtime::started()) {
-      exec::Runtime& rt = exec::Runtime::get();
-      for (int d = 0; d < rt.device_count(); ++d) {
-        if (auto e = rt.last_event(d)) {
-          try {
-            e->await();
-          } catch (...) {
-          }
-        }
-      }
+    {
+      std::lock_guard<std::mutex> lock(g_recorder.mu);
+      spans_.swap(g_recorder.spans);
     }
-    std::lock_guard<std::mutex> lock(g_recorder.mu);
-    spans_.swap(g_recorder.spans);
+    // Programs still running finish first (their spans need an end). A
+    // program's completion callback may run on the plugin's thread after a
+    // wait for it returned: a span whose callback has not run yet ends now.
+    for (const auto& s : spans_) {
+      try {
+        s->done->await();
+      } catch (...) {
+      }
+      int64_t unset = 0;
+      s->end.compare_exchange_strong(unset, now_ns());
+      s->done.reset();
+    }
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
@@ -114,18 +119,18 @@ class Session : public libkineto::IActivityProfilerSession {
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     std::vector<int64_t> free_at;  // per device: when its previous program ended
     for (const auto& s : spans_) {
-      if (s->end == 0) continue;  // never completed
+      const int64_t end = s->end.load();
       if (static_cast<size_t>(s->device) >= free_at.size()) free_at.resize(s->device + 1, 0);
       // A program waits for the device's previous ones (a device runs them
       // in order, though independent ones may finish out of order).
       int64_t start = s->launched;
-      if (free_at[s->device] <= s->end) start = std::max(start, free_at[s->device]);
-      free_at[s->device] = std::max(free_at[s->device], s->end);
+      if (free_at[s->device] <= end) start = std::max(start, free_at[s->device]);
+      free_at[s->device] = std::max(free_at[s->device], end);
       buffer_->emplace_activity(buffer_->span, libkineto::ActivityType::CONCURRENT_KERNEL,
                                 s->fused ? "tpu fused program" : "tpu program");
       libkineto::GenericTraceActivity& a = *buffer_->activities.back();
       a.startTime = start;
-      a.endTime = std::max(start, s->end);
+      a.endTime = std::max(start, end);
       a.id = static_cast<int32_t>(s->correlation);
       a.device = s->device;
       a.resource = 0;
