@@ -745,7 +745,7 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   // (an in-place op runs as its functional op when it writes all of a
   // padded tensor: the result's padded value becomes the tensor's)
   const bool inplace = e.kind == VariantKind::Inplace;
-  if (inplace && !(!args.empty() && args[0].isTensor() && padded_whole(args[0].toTensor()))) return false;
+  if (inplace && (args.empty() || !args[0].isTensor() || !padded_whole(args[0].toTensor()))) return false;
   BucketedOperands ops(device);
   std::vector<c10::IValue> pargs;
   pargs.reserve(args.size() + 1);

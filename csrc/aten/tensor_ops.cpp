@@ -46,9 +46,8 @@ bool covers_storage(const at::Tensor& t) {
 int tpu_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
 
 // A failed device-side check surfaces when the host reads a value that
-// depends on it (device_check.h).
-// Raises the first failed device-side check of `checks` with PyTorch's
-// exception type.
+// depends on it (device_check.h): the first failed one of `checks` is
+// raised with PyTorch's exception type.
 void verify(const exec::Checks& checks) {
   try {
     exec::verify_checks(checks);
