@@ -485,3 +485,65 @@ def test_a_growing_length_is_bounded_and_buckets_fix_it(monkeypatch):
         assert length == n and px.shape[1] in (16, 32, 64)
         assert_same(compiled(px, mask), x.sum(-1), rtol=1e-5, atol=1e-5)
     assert torch_tpu.compiler.bucket(17, [8, 24, 48]) == 24
+
+
+def test_a_pinned_function_calls_its_graph_without_dynamo_and_falls_back_when_it_must():
+    """compiler._Pinned (the serving engine's step functions): after two
+    calls its graph is called directly with each call's tensors, writing a
+    state it closes over in place; a call Dynamo would have recompiled for
+    (another shape, another number) goes through Dynamo."""
+    from torch_tpu.compiler import _Pinned
+
+    torch.manual_seed(0)
+    w, cache = torch.randn(8, 8), torch.zeros(4, 8)
+    tw, tcache = w.to("tpu"), cache.to("tpu")
+
+    def step(x, row, scale):
+        y = torch.tanh(x @ tw) * scale
+        tcache.index_copy_(0, row, y[:1])
+        return y.sum(0), y
+
+    pinned = _Pinned(torch.compile(step, backend="tpu", fullgraph=True, dynamic=False))
+    with torch.no_grad():
+        for i in range(6):
+            if i == 2:
+                assert pinned.graph is not None and not pinned.refused
+                dynamo, pinned.fn = pinned.fn, None  # pinned calls must not reach it
+            x, row = torch.randn(3, 8), torch.tensor([i % 4])
+            s, y = pinned(x.to("tpu"), row.to("tpu"), 2.0)
+            ref = torch.tanh(x @ w) * 2.0
+            cache.index_copy_(0, row, ref[:1])
+            assert_same(y, ref, rtol=1e-5, atol=1e-5)
+            assert_same(s, ref.sum(0), rtol=1e-5, atol=1e-5)
+            assert_same(tcache, cache, rtol=1e-5, atol=1e-5)
+        pinned.fn = dynamo
+        for x, scale in ((torch.randn(5, 8), 2.0), (torch.randn(3, 8), 3.0)):
+            s, y = pinned(x.to("tpu"), torch.tensor([1], device="tpu"), scale)
+            assert_same(y, torch.tanh(x @ w) * scale, rtol=1e-5, atol=1e-5)
+    with torch.enable_grad():  # Dynamo guards on grad mode; so does a pinned call
+        x = torch.randn(3, 8)
+        assert_same(pinned(x.to("tpu"), torch.tensor([0], device="tpu"), 2.0)[1], torch.tanh(x @ w) * 2.0,
+                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["graph_break", "returns_a_view_of_its_input", "with_grad"])
+def test_a_function_that_cannot_be_pinned_keeps_calling_dynamo(case):
+    from torch_tpu.compiler import _Pinned
+
+    def broken(x):
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y + 1
+
+    fn = {"graph_break": broken, "returns_a_view_of_its_input": lambda x: x.add_(1)[1:], "with_grad": lambda x: x * 2 + 1}[case]
+    pinned = _Pinned(torch.compile(fn, backend="tpu"))
+    ctx = torch.enable_grad() if case == "with_grad" else torch.no_grad()
+    with ctx:
+        for _ in range(4):
+            x = torch.randn(5)
+            tx = x.to("tpu")
+            out = pinned(tx)
+            assert_same(out, fn(x.clone()), rtol=1e-6, atol=1e-6)
+            if case == "returns_a_view_of_its_input":  # the view the caller gets shares the input's storage
+                assert out.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr()
+    assert pinned.refused and pinned.graph is None
