@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .compiler import bucket
+from .compiler import _Pinned, bucket
 
 __all__ = ["Engine", "EngineConfig", "SamplingParams", "Request", "ByteTokenizer", "load_model",
            "tiny_model_config"]
@@ -494,11 +494,21 @@ class Engine:
 
     # -- the model's step functions (compiled per bucket) --
 
-    def _masks(self, q_pos: torch.Tensor, k_pos: torch.Tensor, same: torch.Tensor | None = None) -> Any:
-        """Attention masks (N, 1, Q, K) for queries at positions q_pos (N, Q)
-        over keys at positions k_pos (N or 1, K), causal; ``same`` (N, Q, K):
-        which keys each query may see at all (those of its own prompt, in a
-        packed prefill)."""
+    def _allowed(self, q_pos, k_pos, same=None) -> torch.Tensor:
+        """Which keys each query attends to, made on the host: bool (M, N, 1,
+        Q, K) for queries at positions q_pos (N, Q) over keys at positions
+        k_pos (N or 1, K), causal; ``same`` (N, Q, K): which keys each query
+        may see at all (those of its own prompt, in a packed prefill). M = 1,
+        or 2 where the model has full and sliding-window layers (full first).
+        NumPy arrays in: CPU torch would run a prefill's mask on its OpenMP
+        threads, whose spinning afterwards takes a core from the device's.
+
+        A program input rather than computed in the step: XLA fuses a mask
+        computed in the program into each attention's loops, which then
+        recompute it from the positions for every score (measured on the CPU
+        plugin: a 256-token prefill took twice as long)."""
+        import numpy as np
+
         q = q_pos[:, None, :, None]
         k = k_pos[:, None, None, :]
         full = k <= q
@@ -506,9 +516,16 @@ class Engine:
             full = full & same[:, None]
         if self._all_sliding:
             full = full & (k > q - self._window)
-        masks = {"full_attention": full}
+        if self._mask_types is None:
+            return torch.from_numpy(full[None])
+        return torch.from_numpy(np.stack([full, full & (k > q - self._window)]))
+
+    def _masks(self, allowed: torch.Tensor) -> Any:
+        """The attention masks the model takes, from ``_allowed``'s: one, or
+        one per layer type; boolean or additive as its attention wants."""
+        masks = {"full_attention": allowed[0]}
         if self._mask_types is not None:
-            masks["sliding_attention"] = full & (k > q - self._window)
+            masks["sliding_attention"] = allowed[1]
         if self._mask_dtype != torch.bool:
             lo = torch.finfo(self._mask_dtype).min
             masks = {t: torch.where(m, 0.0, lo).to(self._mask_dtype) for t, m in masks.items()}
@@ -520,19 +537,18 @@ class Engine:
                          use_cache=True, **kwargs)
         return out.logits
 
-    def _prefill(self, mode, tokens, tmeta, meta, fparams):
+    def _prefill(self, mode, tokens, tmeta, meta, fparams, allowed):
         """Prompts packed into one sequence of T tokens, padded at its end.
         tmeta: int64 (3, T), per token: position in its prompt, which prompt
-        (-1: padding, written into the sink column) and its slot. meta: int64 (5, P), per prompt: slot, length,
-        top_k, seed, and the index of its last token; fparams: float (2, P):
-        temperature, top_p. Returns each prompt's next token (P,)."""
+        (-1: padding, written into the sink column) and its slot. meta:
+        int64 (5, P), per prompt: slot, length, top_k, seed, and the index of
+        its last token; fparams: float (2, P): temperature, top_p; allowed:
+        ``_allowed``'s (M, 1, 1, T, T). Returns each prompt's next token (P,)."""
         pos, seg, slot = tmeta
         column = torch.where(seg >= 0, pos, self.config.max_len)
         self.cache.write_index = self.cache.flat_index(slot[None], column[None])
         self.cache.read = None
-        # Each token sees its own prompt's tokens up to itself (padding sees
-        # padding: no row is all masked).
-        masks = self._masks(pos[None], pos[None], (seg[:, None] == seg[None, :])[None])
+        masks = self._masks(allowed)
         last = meta[4]
         if self._keep_arg:
             logits = self._forward(tokens[None], pos[None], masks, last)[0]
@@ -541,22 +557,22 @@ class Engine:
         self.cache.write_index = None
         return _sample(logits, fparams[0], meta[2], fparams[1], meta[3], meta[1], mode)
 
-    def _decode(self, mode, meta, fparams, kv_len: int):
+    def _decode(self, mode, meta, fparams, allowed):
         """One token for each of the first B slots. meta: int64 (6, B):
         position (where the input token goes), the cache column its key is
         written to (its position, or the sink for an idle row), top_k, seed,
         input token, and whether to take that token (1) or the slot's last
         sampled one, still on the device (0); fparams: float (2, B):
-        temperature, top_p. Writes the input tokens' keys and values into
-        the cache, and the next tokens (returned) as the slots' last ones."""
+        temperature, top_p; allowed: ``_allowed``'s (M, B, 1, 1, K), over
+        the cache's first K positions. Writes the input tokens' keys and
+        values into the cache, and the next tokens (returned) as the slots'
+        last ones."""
         b = meta.shape[1]
         pos = meta[0]
         tokens = torch.where(meta[5] > 0, meta[4], self._last_tokens[:b])
         self.cache.write_index = self.cache.flat_index(torch.arange(b, device=meta.device), meta[1][:, None])
-        k = self.cache.window(kv_len)
-        self.cache.read = (b, k)
-        logits = self._forward(tokens[:, None], pos[:, None],
-                               self._masks(pos[:, None], torch.arange(k, device=pos.device)[None]), None)[:, -1]
+        self.cache.read = (b, allowed.shape[-1])
+        logits = self._forward(tokens[:, None], pos[:, None], self._masks(allowed), None)[:, -1]
         self.cache.read = self.cache.write_index = None
         out = _sample(logits, fparams[0], meta[2], fparams[1], meta[3], pos + 1, mode)
         self._last_tokens[:b].copy_(out)
@@ -591,14 +607,17 @@ class Engine:
         graphs per code object and checks their guards one after another,
         so one function for every bucket paid a guard check per bucket
         tried on each step (about 0.1 ms of host CPU per decode step at 12
-        buckets). Prefill samples one token per request: its sampled draw
-        is always the filtered one; decode has a function per mode."""
+        buckets). Once warm-up has called it twice, it is pinned: its graph
+        is called without Dynamo (``compiler._Pinned``; the engine owns the
+        model and the cache, which stay the same objects). Prefill samples
+        one token per request: its sampled draw is always the filtered one;
+        decode has a function per mode."""
         method = _STEPS[kind, mode]
         if not self.config.compile:
             return types.MethodType(method, self)
         code = method.__code__.replace(co_name=f"{method.__name__}_{'x'.join(map(str, bucket))}")
         fn = types.FunctionType(code, method.__globals__, code.co_name, method.__defaults__, method.__closure__)
-        return torch.compile(types.MethodType(fn, self), backend="tpu", fullgraph=True, dynamic=False)
+        return _Pinned(torch.compile(types.MethodType(fn, self), backend="tpu", fullgraph=True, dynamic=False))
 
     # -- warm-up --
 
@@ -775,6 +794,8 @@ class Engine:
                 self._accept(r, toks[r.slot])
 
     def _run_prefill(self, reqs: list[Request], mode: str) -> list[int]:
+        import numpy as np
+
         c = self.config
         lengths = [len(r.prompt_ids) for r in reqs]
         t = bucket(sum(lengths), c.prefill_buckets)
@@ -795,14 +816,20 @@ class Engine:
         pos += range(pad)
         seg += [-1] * pad
         slot += [reqs[0].slot] * pad
+        # Each token sees its own prompt's tokens up to itself (padding sees
+        # padding: no row is all masked).
+        p, g = np.array(pos), np.array(seg)
+        allowed = self._allowed(p[None], p[None], (g[:, None] == g[None, :])[None])
         out = self._call("prefill", mode, (t,), *_exact_upload(
             self.device, torch.tensor(tokens, dtype=torch.int64), torch.tensor([pos, seg, slot], dtype=torch.int64),
-            torch.tensor(meta, dtype=torch.int64), torch.tensor(fparams)))
+            torch.tensor(meta, dtype=torch.int64), torch.tensor(fparams), allowed))
         return out.cpu().tolist()[:len(reqs)]
 
     def _launch_decode(self, running: list[Request], mode: str, b: int, k: int) -> torch.Tensor:
         """Launches one decode step (and its cache write) for ``running``;
         returns its tokens (B,) on the device, not read."""
+        import numpy as np
+
         # Idle rows write into their row's sink column and attend to position 0.
         pos, column, top_k, seed = [0] * b, [self.config.max_len] * b, [0] * b, [0] * b
         tokens, given = [0] * b, [1] * b
@@ -817,9 +844,10 @@ class Engine:
             else:
                 tokens[s] = r.output_ids[-1]
             temperature[s], top_p[s] = r.params.temperature, r.params.top_p
-        meta, fparams = _exact_upload(self.device, torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64),
-                                      torch.tensor([temperature, top_p], dtype=torch.float32))
-        return self._call("decode", mode, (b, k), meta, fparams, k)
+        allowed = self._allowed(np.array(pos)[:, None], np.arange(self.cache.window(k))[None])
+        return self._call("decode", mode, (b, k), *_exact_upload(
+            self.device, torch.tensor([pos, column, top_k, seed, tokens, given], dtype=torch.int64),
+            torch.tensor([temperature, top_p], dtype=torch.float32), allowed))
 
     def _accept(self, r: Request, tok: int) -> None:
         r._emit(tok)

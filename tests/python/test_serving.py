@@ -259,10 +259,11 @@ def test_concurrent_clients_after_warmup_compile_nothing(engine, cpu_model):
         assert r.output_ids == _cpu_greedy(cpu_model, prompt, len(r.output_ids))
 
 
-def test_each_bucket_has_a_step_function_holding_one_graph(engine):
+def test_each_bucket_has_a_pinned_step_function_holding_one_graph(engine):
     """A step checks one compiled graph's guards, not every bucket's: warm-up
     made a function per (kind, sampling mode, bucket), each with a code
-    object of its own that holds one graph."""
+    object of its own that holds one graph; warm-up pinned each (later
+    steps call its graph without Dynamo)."""
     c = engine.config
     decode = {(b, k) for b in c.batch_buckets for k in c.kv_buckets}
     assert {key for key in engine._fns if key[0] == "decode"} == {("decode", m, bk) for m in ("greedy", "plain",
@@ -271,7 +272,8 @@ def test_each_bucket_has_a_step_function_holding_one_graph(engine):
                                                                    for t in c.prefill_buckets}
     codes = set()
     for f in engine._fns.values():
-        code = f._torchdynamo_orig_callable.__func__.__code__
+        assert f.graph is not None and not f.refused
+        code = f.fn._torchdynamo_orig_callable.__func__.__code__
         assert len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code)) == 1, code.co_name
         codes.add(code)
     assert len(codes) == len(engine._fns)
