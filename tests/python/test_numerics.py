@@ -43,6 +43,22 @@ def test_special_functions(name):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1"])
+def test_modified_bessel_functions_in_float64_keep_float64_precision(name):
+    """The float64 kernels are not float32's approximation (relative error
+    2e-7): against CPU to 1e-13, on both sides of where they switch from
+    the series to the asymptotic expansion, at 0, huge and infinite
+    arguments (CPU's unscaled functions give NaN there) and NaN."""
+    f = getattr(torch.special, name)
+    x = torch.cat([rand(400, seed=11, low=-40, high=40, dtype=torch.float64),
+                   torch.tensor([0.0, 1e-300, -1e-8, 19.999, 20.0, 20.001, -20.5, 700.0, 705.0, 1e5, 1e300,
+                                 float("inf"), -float("inf"), float("nan")], dtype=torch.float64)])
+    got, want = f(x.to("tpu")).cpu(), f(x)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=1e-13, atol=0, equal_nan=True)
+    torch.testing.assert_close(f(x[1::3].to("tpu")).cpu(), f(x[1::3]), rtol=1e-13, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("name", ["chebyshev_polynomial_t", "hermite_polynomial_h", "laguerre_polynomial_l",
                                   "legendre_polynomial_p", "shifted_chebyshev_polynomial_w"])
 def test_orthogonal_polynomials(name):
