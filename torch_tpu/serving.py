@@ -46,6 +46,7 @@ import time
 import types
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 from .compiler import _Pinned, bucket
@@ -507,8 +508,6 @@ class Engine:
         computed in the program into each attention's loops, which then
         recompute it from the positions for every score (measured on the CPU
         plugin: a 256-token prefill took twice as long)."""
-        import numpy as np
-
         q = q_pos[:, None, :, None]
         k = k_pos[:, None, None, :]
         full = k <= q
@@ -794,8 +793,6 @@ class Engine:
                 self._accept(r, toks[r.slot])
 
     def _run_prefill(self, reqs: list[Request], mode: str) -> list[int]:
-        import numpy as np
-
         c = self.config
         lengths = [len(r.prompt_ids) for r in reqs]
         t = bucket(sum(lengths), c.prefill_buckets)
@@ -828,8 +825,6 @@ class Engine:
     def _launch_decode(self, running: list[Request], mode: str, b: int, k: int) -> torch.Tensor:
         """Launches one decode step (and its cache write) for ``running``;
         returns its tokens (B,) on the device, not read."""
-        import numpy as np
-
         # Idle rows write into their row's sink column and attend to position 0.
         pos, column, top_k, seed = [0] * b, [self.config.max_len] * b, [0] * b, [0] * b
         tokens, given = [0] * b, [1] * b
