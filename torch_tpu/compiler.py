@@ -323,6 +323,19 @@ class _Graph:
             _count("op_runs")
             return self._run(args)
 
+    def replay(self, args):
+        """This call replayed, when its signature was captured before; else
+        None, having run nothing."""
+        if self.plan is None or not _replay_enabled:
+            return None
+        with _execution_scope():
+            entry = _ops._graph_lookup(self.handle, list(args))
+            if entry < 0:
+                return None
+            _count("calls")
+            _count("replays")
+            return self._replay(entry, args)
+
     def _check_shapes(self, args):
         """A graph with dynamic dimensions compiles a program per shape:
         bounded by config.max_shapes, past which it says what to do."""
@@ -448,7 +461,9 @@ class _Pinned:
     tensor arguments' values and on objects that stay the same (a model
     whose parameters are not replaced, a cache written in place). Calls
     whose tensors differ in shape, stride, dtype or device from the pinned
-    ones, or whose other arguments differ, go through Dynamo. Functions
+    ones, or whose other arguments differ, go through Dynamo; so do those
+    whose bound tensors (the caller's or the state's, a parameter given
+    other data of another shape) match no captured signature. Functions
     that run more than one graph, return anything but tensors the graph
     made, or whose graph reads a tensor argument through something other
     than the tensor itself, are never pinned."""
@@ -472,8 +487,9 @@ class _Pinned:
             bound = list(self.template)
             for pos, i in self.slots:
                 bound[pos] = args[i]
-            out = self.graph(*bound)
-            return out[self.outs] if isinstance(self.outs, int) else tuple(out[j] for j in self.outs)
+            out = self.graph.replay(bound)
+            if out is not None:
+                return out[self.outs] if isinstance(self.outs, int) else tuple(out[j] for j in self.outs)
         if self.graph is not None or self.refused:
             return self.fn(*args)
         _recording.calls, calls = [], _recording.calls

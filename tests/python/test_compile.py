@@ -526,6 +526,23 @@ def test_a_pinned_function_calls_its_graph_without_dynamo_and_falls_back_when_it
                     rtol=1e-5, atol=1e-5)
 
 
+def test_a_pinned_function_whose_state_changes_shape_goes_back_through_dynamo():
+    """Its graph holds sizes read from that state (here a slice's end):
+    a replay that bound the new tensor would keep the old ones."""
+    from torch_tpu.compiler import _Pinned
+
+    w = torch.randn(8, 8, device="tpu")
+    pinned = _Pinned(torch.compile(lambda x: (x @ w)[:, : w.shape[1] - 2], backend="tpu", fullgraph=True,
+                                   dynamic=False))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            pinned(x.to("tpu"))
+        assert pinned.graph is not None
+        w.data = torch.randn(8, 5, device="tpu")
+        assert_same(pinned(x.to("tpu")), (x @ w.cpu())[:, :3], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["graph_break", "returns_a_view_of_its_input", "with_grad"])
 def test_a_function_that_cannot_be_pinned_keeps_calling_dynamo(case):
     from torch_tpu.compiler import _Pinned
