@@ -513,23 +513,20 @@ class _Pinned:
             self.refused = True
             return
         outs = ids[id(result)] if not isinstance(result, tuple) else tuple(ids[id(r)] for r in results)
-        seen = (graph, list(bound), slots, outs, self._layout(args),
-                [a for a in args if not isinstance(a, torch.Tensor)])
+        layout, others = self._layout(args), [a for a in args if not isinstance(a, torch.Tensor)]
         if self.first is None:
-            self.first = seen
+            self.first = (graph, list(bound), slots, outs, layout, others)
             return
-        graph0, bound0, slots0, outs0, layout0, others0 = self.first
-        self.first = None
+        first, self.first = self.first, None
         # Pinned only when the second call bound the same objects wherever
         # the first did, except exactly where each passed its own arguments.
         moving = {pos for pos, _ in slots}
-        if (graph is not graph0 or slots != slots0 or outs != outs0 or layout0 != seen[4] or others0 != seen[5]
-                or len(bound) != len(bound0)
-                or any(a is not b for pos, (a, b) in enumerate(zip(bound, bound0)) if pos not in moving)):
+        if ((graph, slots, outs, layout, others) != (first[0],) + first[2:] or len(bound) != len(first[1])
+                or any(a is not b for pos, (a, b) in enumerate(zip(bound, first[1])) if pos not in moving)):
             self.refused = True
             return
         self.graph, self.template, self.slots, self.outs = graph, list(bound), slots, outs
-        self.layout, self.others = seen[4], seen[5]
+        self.layout, self.others = layout, others
         for pos, _ in slots:
             self.template[pos] = None  # (holds no caller's tensor)
 
