@@ -339,7 +339,7 @@ class _Graph:
     def _check_shapes(self, args):
         """A graph with dynamic dimensions compiles a program per shape:
         bounded by config.max_shapes, past which it says what to do."""
-        if not self.symbolic:
+        if not self.symbolic or _recording.bucketed:
             return
         shape = tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else None for a in args)
         if shape in self.shapes:
@@ -444,9 +444,32 @@ _replay_enabled = True
 
 class _Recording(threading.local):
     calls: list | None = None  # the graphs this thread called, while a _Pinned learns
+    bucketed: bool = False  # inside _bucketed_shapes
 
 
 _recording = _Recording()
+
+
+class _bucketed_shapes:
+    """Inside, graphs with dynamic dimensions are the caller's to bound: it
+    calls them with a fixed set of bucket shapes, all compiled at its start
+    (the serving engine). Their shapes neither warn nor count against
+    ``config.max_shapes``."""
+
+    __slots__ = ("was",)
+
+    def __enter__(self):
+        self.was, _recording.bucketed = _recording.bucketed, True
+
+    def __exit__(self, *exc):
+        _recording.bucketed = self.was
+        return False
+
+
+def _same(a, b) -> bool:
+    """Whether two recorded graph arguments are the same: the same object, or
+    equal numbers (a dynamic dimension's size is bound as an int)."""
+    return a is b or (type(a) is type(b) and type(a) in (int, float, bool) and a == b)
 
 
 class _Pinned:
@@ -522,7 +545,7 @@ class _Pinned:
         # the first did, except exactly where each passed its own arguments.
         moving = {pos for pos, _ in slots}
         if ((graph, slots, outs, layout, others) != (first[0],) + first[2:] or len(bound) != len(first[1])
-                or any(a is not b for pos, (a, b) in enumerate(zip(bound, first[1])) if pos not in moving)):
+                or any(not _same(a, b) for pos, (a, b) in enumerate(zip(bound, first[1])) if pos not in moving)):
             self.refused = True
             return
         self.graph, self.template, self.slots, self.outs = graph, list(bound), slots, outs
@@ -575,7 +598,7 @@ def _warn_if_dynamic(example_inputs) -> None:
     its own (once; the cache keeps it). Said once, so recompiles are never
     silent."""
     global _warned_dynamic
-    if _warned_dynamic:
+    if _warned_dynamic or _recording.bucketed:
         return
     symbolic = any(isinstance(x, torch.SymInt) or
                    (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .compiler import _Pinned, bucket
+from .compiler import _bucketed_shapes, _Pinned, bucket
 
 __all__ = ["Engine", "EngineConfig", "SamplingParams", "Request", "ByteTokenizer", "load_model",
            "tiny_model_config"]
@@ -481,6 +481,7 @@ class Engine:
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._fns: dict[tuple, Callable] = {}  # (kind, mode, bucket) -> its step function
+        self._traced: dict[tuple, Callable] = {}  # (kind, mode) -> the function its buckets share
         self._last_tokens = torch.zeros(c.max_slots, dtype=torch.int64, device=self.device)
         self._inflight: tuple[torch.Tensor, list[Request]] | None = None
         self._lock = threading.Lock()
@@ -602,21 +603,50 @@ class Engine:
     def _step_function(self, kind: str, mode: str, bucket: tuple[int, ...]) -> Callable:
         """The step function of one kind, sampling mode and bucket, compiled.
 
-        Each bucket gets a code object of its own: Dynamo keeps compiled
-        graphs per code object and checks their guards one after another,
-        so one function for every bucket paid a guard check per bucket
-        tried on each step (about 0.1 ms of host CPU per decode step at 12
-        buckets). Once warm-up has called it twice, it is pinned: its graph
-        is called without Dynamo (``compiler._Pinned``; the engine owns the
-        model and the cache, which stay the same objects). Prefill samples
-        one token per request: its sampled draw is always the filtered one;
-        decode has a function per mode."""
+        The buckets of one kind and mode share one traced function
+        (``_traced_step``). Each bucket's is pinned once warm-up has called
+        it twice: its graph is then called without Dynamo
+        (``compiler._Pinned``; the engine owns the model and the cache,
+        which stay the same objects), so no call pays for Dynamo's guards.
+        Prefill samples one token per request: its sampled draw is always
+        the filtered one; decode has a function per mode."""
         method = _STEPS[kind, mode]
         if not self.config.compile:
             return types.MethodType(method, self)
-        code = method.__code__.replace(co_name=f"{method.__name__}_{'x'.join(map(str, bucket))}")
+        traced = self._traced.get((kind, mode))
+        if traced is None:
+            traced = self._traced[kind, mode] = self._traced_step(kind, mode)
+        return _Pinned(traced)
+
+    def _traced_step(self, kind: str, mode: str) -> Callable:
+        """The step function of one kind and mode for all its buckets,
+        compiled with the bucketed dimensions (batch, prompt length, window)
+        marked dynamic: Dynamo and AOTAutograd trace the model once for all
+        the buckets (again where the model specializes a size: a batch of
+        one, a window of whole rows), and each bucket's shapes compile a
+        program of their own. Traced per bucket, warm-up took about 2 s of
+        tracing per bucket and mode. The code object is this engine's own,
+        so that the engines of one process keep their compiled graphs apart."""
+        import torch._dynamo
+
+        method = _STEPS[kind, mode]
+        code = method.__code__.replace(co_name=f"{method.__name__}_engine")
         fn = types.FunctionType(code, method.__globals__, code.co_name, method.__defaults__, method.__closure__)
-        return _Pinned(torch.compile(types.MethodType(fn, self), backend="tpu", fullgraph=True, dynamic=False))
+        compiled = torch.compile(types.MethodType(fn, self), backend="tpu", fullgraph=True, dynamic=False)
+        dims = _DYNAMIC_DIMS[kind]
+        c = self.config
+        buckets = len(c.prefill_buckets) if kind == "prefill" else len(c.batch_buckets) * len(c.kv_buckets)
+        limit = max(torch._dynamo.config.recompile_limit, buckets + 2)
+
+        def traced(*args):
+            for t, ds in zip(args, dims):
+                if ds:
+                    torch._dynamo.maybe_mark_dynamic(t, ds)
+            with _bucketed_shapes(), torch._dynamo.config.patch(recompile_limit=limit):
+                return compiled(*args)
+
+        traced.code = code  # (whose Dynamo cache holds the graphs)
+        return traced
 
     # -- warm-up --
 
@@ -899,6 +929,10 @@ class Engine:
 _STEPS = {("prefill", GREEDY): Engine._prefill_greedy, ("prefill", FILTERED): Engine._prefill_sampled,
           ("decode", GREEDY): Engine._decode_greedy, ("decode", PLAIN): Engine._decode_plain,
           ("decode", FILTERED): Engine._decode_sampled}
+# The dimensions that differ between the buckets of a kind, per argument:
+# prefill (tokens (T,), token meta (3, T), meta, fparams, allowed (M, 1, 1,
+# T, T)); decode (meta (6, B), fparams (2, B), allowed (M, B, 1, 1, K)).
+_DYNAMIC_DIMS = {"prefill": ([0], [1], [], [], [3, 4]), "decode": ([1], [1], [1, 4])}
 
 
 def _weights_in_input_major_layout(model: torch.nn.Module) -> None:

@@ -65,18 +65,21 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   if (dropout_p > 0.0 || (is_causal && mask.has_value() && mask->defined())) return math;
   const at::ScalarType t = q.scalar_type();
   if (!c10::isFloatingType(t) || k.scalar_type() != t || v.scalar_type() != t) return math;
-  const auto lead = q.sizes().slice(0, n - 2);
-  if (k.sizes().slice(0, n - 2) != lead || v.sizes().slice(0, n - 2) != lead || k.size(-1) != q.size(-1) ||
-      v.size(-2) != k.size(-2)) {
-    return math;
+  // Symbolic sizes (torch.compile with dynamic shapes) are compared as such:
+  // equal symbols answer without a guard, so no dimension is specialized.
+  const auto qs = q.sym_sizes(), ks = k.sym_sizes(), vs = v.sym_sizes();
+  for (int64_t d = 0; d < n - 2; ++d) {
+    if (ks[d] != qs[d] || vs[d] != qs[d]) return math;
   }
+  if (ks[n - 1] != qs[n - 1] || vs[n - 2] != ks[n - 2]) return math;
   if (mask.has_value() && mask->defined()) {
     const at::Tensor& m = *mask;
     if ((m.scalar_type() != at::kBool && m.scalar_type() != t) || m.dim() > n) return math;
-    const std::vector<int64_t> scores{q.size(-2), k.size(-2)};
+    const auto ms = m.sym_sizes();
     for (int64_t i = 1; i <= m.dim(); ++i) {
-      const int64_t want = i <= 2 ? scores[2 - i] : q.size(-i);
-      if (m.size(-i) != 1 && m.size(-i) != want) return math;
+      const c10::SymInt& want = i == 1 ? ks[n - 2] : i == 2 ? qs[n - 2] : qs[n - i];
+      const c10::SymInt& have = ms[m.dim() - i];
+      if (have != 1 && have != want) return math;
     }
   }
   return static_cast<int64_t>(at::SDPBackend::overrideable);
@@ -114,21 +117,22 @@ sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 std::tuple<at::Tensor, at::Tensor> sdpa_forward_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                      const std::optional<at::Tensor>& bias, bool is_causal,
                                                      std::optional<double> scale) {
-  std::vector<int64_t> shape = q.sizes().vec();
-  TORCH_CHECK(!shape.empty() && v.dim() > 0, "_sdpa_forward: query and value need at least one dimension");
-  shape.back() = v.size(-1);
+  TORCH_CHECK(q.dim() > 0 && v.dim() > 0, "_sdpa_forward: query and value need at least one dimension");
+  std::vector<c10::SymInt> shape = q.sym_sizes().vec();
+  shape.back() = v.sym_size(-1);
   std::vector<int64_t> order(shape.size());
   for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
-  std::stable_sort(order.begin(), order.end() - 1, [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
-  std::vector<int64_t> strides(shape.size());
-  int64_t running = 1;
+  std::stable_sort(order.begin(), order.end() - 1,
+                   [&](int64_t a, int64_t b) { return q.sym_stride(a) > q.sym_stride(b); });
+  std::vector<c10::SymInt> strides(shape.size());
+  c10::SymInt running = 1;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     strides[*it] = running;
     running *= shape[*it];
   }
-  at::Tensor out = at::empty_strided(shape, strides, q.options());
+  at::Tensor out = at::empty_strided_symint(shape, strides, q.options());
   const at::ScalarType ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor lse = at::empty(q.sizes().slice(0, q.dim() - 1), q.options().dtype(ct));
+  at::Tensor lse = at::empty_symint(q.sym_sizes().slice(0, q.dim() - 1), q.options().dtype(ct));
   return {out, lse};
 }
 

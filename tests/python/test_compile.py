@@ -301,6 +301,28 @@ def test_dynamic_shapes_work_one_program_per_shape_with_a_warning(dynamic):
     assert torch_tpu.cache_stats()["misses"] == misses  # a shape seen before: no compile
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["no_mask", "mask"])
+def test_attention_with_dynamic_shapes_is_traced_once(masked):
+    """scaled_dot_product_attention's backend choice and its output's meta
+    read sizes symbolically: with dynamic batch and lengths, Dynamo traces
+    the graph once (each shape still compiles its own program), with the
+    values CPU gives. Reading them as numbers specialized every size, and
+    each new batch or length traced the whole model again."""
+    torch_tpu.compiler._warned_dynamic = True  # (said by the test above)
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m if masked else None) * 2
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for b, t, s in ((2, 5, 7), (3, 4, 9), (5, 6, 6)):
+        q, k, v = torch.randn(b, 4, t, 8), torch.randn(b, 4, s, 8), torch.randn(b, 4, s, 8)
+        m = torch.rand(b, 1, t, s) > 0.3
+        m[..., 0] = True
+        got = compiled(q.to("tpu"), k.to("tpu"), v.to("tpu"), m.to("tpu"))
+        assert_same(got, f(q, k, v, m), rtol=1e-5, atol=1e-5)
+    assert _graphs() == 1
+
+
 def _tiny_llama():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
