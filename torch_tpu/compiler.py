@@ -200,6 +200,52 @@ _SYM_OPS = frozenset(
     for name in ("sym_size", "sym_stride", "sym_numel", "sym_storage_offset"))
 
 
+def _placeholder_symbols(gm: torch.fx.GraphModule) -> dict:
+    """Where each size symbol of the graph's inputs is bound: symbol ->
+    (placeholder, dim), or (placeholder, None) for a SymInt input."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        dims = [(None, v)] if isinstance(v, torch.SymInt) else (
+            list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else [])
+        for d, size in dims:
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                out.setdefault(size.node.expr, (n, d))
+    return out
+
+
+class _SizeOf:
+    """A size of an intermediate tensor, from the sizes of the graph's
+    inputs that its symbolic expression names (a replay runs no device op,
+    and the inputs' shapes fix every other shape)."""
+
+    __name__ = "size_of"  # (FX names call targets by it)
+
+    def __init__(self, expr, symbols):
+        self.expr, self.symbols, self.memo = expr, symbols, {}
+
+    @staticmethod
+    def evaluates(size: torch.SymInt, symbols) -> bool:
+        """Whether the expression of ``size`` gives its traced value from its
+        symbols' traced values (else the graph has no plan: its ops run)."""
+        try:
+            node = size.node
+            values = [int(node.shape_env.var_to_val[s]) for s in symbols]
+            return node.hint is not None and _SizeOf(node.expr, symbols)(*values) == int(node.hint)
+        except Exception:  # noqa: BLE001 (an expression sympy cannot evaluate to an integer)
+            return False
+
+    def __call__(self, *values):
+        v = self.memo.get(values)
+        if v is None:
+            import sympy
+
+            v = self.memo[values] = int(self.expr.xreplace(dict(zip(self.symbols, map(sympy.Integer, values)))))
+        return v
+
+
 def _symbolic(v) -> bool:
     if isinstance(v, (torch.SymInt, torch.SymFloat)):
         return True
@@ -220,16 +266,17 @@ class _HostPlan:
     as a graph of their own that also reads, right after each is made, the
     CPU scalars the device ops use."""
 
-    def __init__(self, gm, host, referenced, host_outputs, output_nodes):
+    def __init__(self, gm, host, referenced, host_outputs, output_nodes, sizes):
         self.referenced = referenced  # host nodes whose scalars device ops read
         self.host_outputs = host_outputs  # output position -> index among the host outputs
         runs = [n for n in gm.graph.nodes if n in host and n.op != "placeholder"]
-        self.gm = self._build(gm, runs, referenced, output_nodes) if runs or referenced else None
+        self.gm = self._build(gm, runs, referenced, output_nodes, sizes) if runs or referenced else None
 
     @staticmethod
     def make(gm: torch.fx.GraphModule):
         """The plan, or None when the graph's host part reads device data."""
         host, device = set(), set()
+        symbols, sizes = None, {}  # sizes: node -> (expression, its symbols' inputs) of a device tensor's size
         for n in gm.graph.nodes:
             if n.op == "output":
                 continue
@@ -244,6 +291,19 @@ class _HostPlan:
                 device.add(n)
             elif n.target in _SYM_OPS and all(i.op == "placeholder" or i in host for i in inputs):
                 host.add(n)  # shapes are part of the replay's signature
+            elif n.target in _SYM_OPS and isinstance(n.meta.get("val"), (int, torch.SymInt)):
+                # An intermediate's size: a function of the inputs' sizes, or
+                # (a size that depends on data) no plan.
+                symbols = _placeholder_symbols(gm) if symbols is None else symbols
+                v = n.meta["val"]
+                expr = v.node.expr if isinstance(v, torch.SymInt) else None
+                if expr is not None and not expr.free_symbols <= symbols.keys():
+                    return None
+                free = sorted(expr.free_symbols, key=str) if expr is not None else []
+                if expr is not None and not _SizeOf.evaluates(v, free):
+                    return None
+                sizes[n] = (expr if expr is not None else int(v), free, [symbols[f] for f in free])
+                host.add(n)
             elif any(i in device for i in inputs):
                 return None  # the host would wait for device data
             else:
@@ -259,16 +319,24 @@ class _HostPlan:
             if isinstance(o, torch.fx.Node) and o in host and o.op != "placeholder":
                 host_outputs[i] = len(order)
                 order.append(o)
-        return _HostPlan(gm, host, referenced, host_outputs, order)
+        return _HostPlan(gm, host, referenced, host_outputs, order, sizes)
 
     @staticmethod
-    def _build(gm, runs, referenced, host_output_nodes):
+    def _build(gm, runs, referenced, host_output_nodes, sizes):
         g = torch.fx.Graph()
         env, numbers = {}, []
         runs, wanted = set(runs), set(referenced)
         for n in gm.graph.nodes:
             if n.op == "placeholder":
                 env[n] = g.placeholder(n.name)
+            elif n in sizes:
+                expr, free, where = sizes[n]
+                if not free:
+                    env[n] = int(expr)
+                    continue
+                args = tuple(env[p] if d is None else g.call_function(torch.ops.aten.sym_size.int, (env[p], d))
+                             for p, d in where)
+                env[n] = g.call_function(_SizeOf(expr, free), args)
             elif n in runs:
                 env[n] = g.node_copy(n, lambda x: env[x])
             if n in wanted:

@@ -301,6 +301,28 @@ def test_dynamic_shapes_work_one_program_per_shape_with_a_warning(dynamic):
     assert torch_tpu.cache_stats()["misses"] == misses  # a shape seen before: no compile
 
 
+def test_dynamic_shape_training_replays_graphs_that_read_intermediate_sizes():
+    """A backward graph with dynamic shapes reads sizes of intermediates
+    (max pooling's indices, here): a replay runs no device op, so those
+    sizes come from the inputs' sizes through their symbolic expressions,
+    and the graph is replayed (before: it ran its ops every call). Gradients
+    match CPU at every batch size, the second visit of a size included."""
+    torch_tpu.compiler._warned_dynamic = True
+    torch.manual_seed(0)
+    cpu = CNN()
+    dev = copy.deepcopy(cpu).to("tpu")
+    compiled = torch.compile(dev, backend="tpu", dynamic=True)
+    for b in (3, 5, 7, 5, 3):
+        x = torch.randn(b, 3, 32, 32)
+        compiled(x.to("tpu")).square().mean().backward()
+        cpu(x).square().mean().backward()
+        for p, q in zip(dev.parameters(), cpu.parameters()):
+            assert_same(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad, q.grad = None, None
+    s = torch_tpu.compiler.stats()
+    assert s["op_runs"] == 0 and s["replays"] >= 2, s
+
+
 @pytest.mark.parametrize("masked", [False, True], ids=["no_mask", "mask"])
 def test_attention_with_dynamic_shapes_is_traced_once(masked):
     """scaled_dot_product_attention's backend choice and its output's meta
