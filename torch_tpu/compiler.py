@@ -276,7 +276,9 @@ class _HostPlan:
     def make(gm: torch.fx.GraphModule):
         """The plan, or None when the graph's host part reads device data."""
         host, device = set(), set()
-        symbols, sizes = None, {}  # sizes: node -> (expression, its symbols' inputs) of a device tensor's size
+        # sizes: a device tensor's size node -> (its expression or value, the
+        # expression's symbols, the input and dim each is read from)
+        symbols, sizes = None, {}
         for n in gm.graph.nodes:
             if n.op == "output":
                 continue
