@@ -296,15 +296,15 @@ class _HostPlan:
             elif n.target in _SYM_OPS and isinstance(n.meta.get("val"), (int, torch.SymInt)):
                 # An intermediate's size: a function of the inputs' sizes, or
                 # (a size that depends on data) no plan.
-                symbols = _placeholder_symbols(gm) if symbols is None else symbols
                 v = n.meta["val"]
-                expr = v.node.expr if isinstance(v, torch.SymInt) else None
-                if expr is not None and not expr.free_symbols <= symbols.keys():
-                    return None
-                free = sorted(expr.free_symbols, key=str) if expr is not None else []
-                if expr is not None and not _SizeOf.evaluates(v, free):
-                    return None
-                sizes[n] = (expr if expr is not None else int(v), free, [symbols[f] for f in free])
+                if isinstance(v, torch.SymInt):
+                    symbols = _placeholder_symbols(gm) if symbols is None else symbols
+                    free = sorted(v.node.expr.free_symbols, key=str)
+                    if not (set(free) <= symbols.keys() and _SizeOf.evaluates(v, free)):
+                        return None
+                    sizes[n] = (v.node.expr, free, [symbols[f] for f in free])
+                else:
+                    sizes[n] = (v, [], [])
                 host.add(n)
             elif any(i in device for i in inputs):
                 return None  # the host would wait for device data
