@@ -519,8 +519,9 @@ int64_t recent_key(int kind, const at::Tensor& t) {
 // seen of its kind (recent_key): those that two recent tensors and this
 // one give three sizes, agreeing on every other dim (a mask made at each
 // length of a sequence, the token ids of prompts of several lengths). A
-// lone new size, a size seen recently, or tensors of unrelated shapes stay
-// exact. None: empty.
+// lone new size or tensors of unrelated shapes stay exact; a size seen
+// recently keeps its answer unless it was exact and sizes now vary around
+// it. None: empty.
 std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
   const c10::IntArrayRef sizes = t.sizes();
   const size_t rank = sizes.size();
@@ -544,27 +545,38 @@ std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
   std::lock_guard<std::mutex> lock(mu);
   if (recent.size() > 4096) recent.clear();
   Ring& ring = recent[key];
-  // A size seen recently gets the same answer (a batch index made at every
-  // step stays exact; a mask of the token ids' length is padded as they are).
+  // Which dims vary among `now` and two distinct sizes of the ring
+  // (other than entry `skip`) that agree with it on every other dim.
+  auto three_sizes = [&](size_t skip) {
+    uint8_t varying = 0;
+    for (size_t i = 0; i < ring.size() && ring[i].sizes[0] > 0; ++i) {
+      for (size_t j = i + 1; j < ring.size() && ring[j].sizes[0] > 0; ++j) {
+        if (i == skip || j == skip) continue;
+        uint8_t three = 0;
+        bool related = true;
+        for (size_t d = 0; d < rank && related; ++d) {
+          const int64_t x = now[d], y = ring[i].sizes[d], z = ring[j].sizes[d];
+          const bool differ = x != y && y != z && x != z && x > 1;
+          if (differ) three |= uint8_t(1) << d;
+          related = differ || (x == y && y == z);
+        }
+        if (related && three != 0) varying = three;
+      }
+    }
+    return varying;
+  };
+  // A size seen recently keeps a padded answer (a mask of the token ids'
+  // length is padded as they are) and an exact one while nothing else
+  // varies (a batch index made at every step); an exact size becomes padded
+  // once the sizes around it vary (a length seen once in an earlier loop,
+  // met again in a loop that grows through it).
   auto seen = std::find_if(ring.begin(), ring.end(), [&](const Seen& e) { return e.sizes == now; });
   if (seen != ring.end()) {
+    if (seen->varying == 0) seen->varying = three_sizes(static_cast<size_t>(seen - ring.begin()));
     std::rotate(ring.begin(), seen, seen + 1);
     return as_bits(ring[0].varying);
   }
-  uint8_t varying = 0;
-  for (size_t i = 0; i < ring.size() && ring[i].sizes[0] > 0; ++i) {
-    for (size_t j = i + 1; j < ring.size() && ring[j].sizes[0] > 0; ++j) {
-      uint8_t three = 0;
-      bool related = true;
-      for (size_t d = 0; d < rank && related; ++d) {
-        const int64_t x = now[d], y = ring[i].sizes[d], z = ring[j].sizes[d];
-        const bool differ = x != y && y != z && x != z && x > 1;
-        if (differ) three |= uint8_t(1) << d;
-        related = differ || (x == y && y == z);
-      }
-      if (related && three != 0) varying = three;
-    }
-  }
+  const uint8_t varying = three_sizes(ring.size());
   std::rotate(ring.rbegin(), ring.rbegin() + 1, ring.rend());
   ring[0] = {now, varying};
   return as_bits(varying);
