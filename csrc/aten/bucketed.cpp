@@ -504,6 +504,7 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
 namespace {
 
 thread_local bool exact_new = false;  // set_exact_new_tensors
+thread_local const at::Tensor* like_source = nullptr;  // LikeFill
 
 // The kind of a new tensor: what makes it (`kind`), its dtype, rank and
 // device, and the Python line that asked for it (a batch index and a
@@ -624,6 +625,9 @@ bool set_exact_new_tensors(bool on) {
   return was;
 }
 
+LikeFill::LikeFill(const at::Tensor& source) : previous_(like_source) { like_source = &source; }
+LikeFill::~LikeFill() { like_source = previous_; }
+
 bool grow_fill(c10::ArrayRef<c10::IValue> args) {
   if (!bucketing_enabled() || args.empty() || args.size() > 2 || !args[0].isTensor() ||
       (args.size() == 2 && !args[1].isScalar())) {
@@ -631,12 +635,25 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args) {
   }
   const at::Tensor& self = args[0].toTensor();
   if (!covers_own_storage(self)) return false;
-  const std::vector<bool> varying = recent_varying_dims(0, self);
-  if (varying.empty()) return false;
+  std::vector<int64_t> bounds;
+  if (like_source != nullptr) {
+    // Padded as its source is, or exact.
+    const at::Tensor& source = *like_source;
+    if (source.device() != self.device() || source.storage_offset() != 0 || !source.is_contiguous()) return false;
+    const auto padded = storage_of(source).padded();
+    if (padded == nullptr || padded->sizes != self.sizes()) return false;
+    bounds = padded->bounds;
+  } else {
+    // (A float fill at changing sizes is as often a long-lived buffer, a
+    // parameter's shard or an optimizer's state, as a mask: it stays exact.)
+    if (!(c10::isIntegralType(self.scalar_type(), /*includeBool=*/true))) return false;
+    const std::vector<bool> varying = recent_varying_dims(0, self);
+    if (varying.empty()) return false;
+    bounds = bounds_of(self.sizes(), varying);
+  }
   // The same number everywhere, whatever the sizes: a value of the bounds,
   // the number a run-time operand (one program per bucket and dtype).
   const int device = self.device().has_index() ? self.device().index() : 0;
-  const std::vector<int64_t> bounds = bounds_of(self.sizes(), varying);
   const hlo::Type scalar{to_hlo(self.scalar_type()), {}};
   TpuStorage::Value number{exec::Runtime::get().scalar_buffer(
                                scalar.dtype, scalar_bits(args.size() == 2 ? args[1].toScalar() : c10::Scalar(0), scalar.dtype), device),

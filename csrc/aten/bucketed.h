@@ -171,10 +171,28 @@ void pad_if_growing(at::Tensor& result, int64_t dim, size_t num_inputs, const at
 // their exact sizes); returns the previous setting.
 bool set_exact_new_tensors(bool on);
 
-// fill_(self, value) or zero_(self) on a tensor covering its own storage
-// (torch.ones((n, n)), zeros, ones_like of a growing tensor): `self` holds a padded value, one
-// program per bucket and dtype (the number is a run-time operand). False
-// otherwise (the op runs as usual).
+// While alive, on this thread: the fills of zeros_like, ones_like and
+// full_like of `source`. Such a fill mirrors its source (grow_fill): padded
+// to the source's bounds where the source's storage is padded, else exact.
+// A tensor made like another (an optimizer's state, a gradient buffer) never
+// pads by the sizes of its neighbours at that line.
+class LikeFill {
+ public:
+  explicit LikeFill(const at::Tensor& source);
+  ~LikeFill();
+  LikeFill(const LikeFill&) = delete;
+  LikeFill& operator=(const LikeFill&) = delete;
+
+ private:
+  const at::Tensor* previous_;
+};
+
+// fill_(self, value) or zero_(self) on a tensor covering its own storage:
+// `self` holds a padded value, one program per bucket and dtype (the number
+// is a run-time operand), where it is a fill of an integer or bool tensor
+// whose sizes keep changing (torch.ones((n, n), dtype=torch.bool) at each
+// length) or one mirroring a padded source (ones_like of growing token ids;
+// LikeFill). False otherwise (the op runs as usual).
 bool grow_fill(c10::ArrayRef<c10::IValue> args);
 
 // `host` (contiguous, of dst's sizes and dtype) copied into `dst` (a new

@@ -19,6 +19,9 @@
 #include <ATen/ops/_nested_view_from_buffer_native.h>
 #include <ATen/ops/to_padded_tensor_native.h>
 #include <ATen/ops/unbind_native.h>
+#include <ATen/ops/full_like_native.h>
+#include <ATen/ops/ones_like_native.h>
+#include <ATen/ops/zeros_like_native.h>
 
 #include "csrc/lowering/lowering.h"
 #include <ATen/ops/view_as_complex_native.h>
@@ -26,6 +29,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include "csrc/aten/bucketed.h"
 #include "csrc/aten/tensor_ops.h"
 
 namespace tpu {
@@ -35,6 +39,27 @@ at::Tensor& set_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt
                                c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
   return set_storage(self, std::move(source), offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
                      C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// zeros_like, ones_like, full_like: PyTorch's kernels (empty_like, then a
+// fill), whose fill mirrors the source's padding (LikeFill).
+at::Tensor zeros_like(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                      std::optional<at::Device> device, std::optional<bool> pin_memory,
+                      std::optional<at::MemoryFormat> memory_format) {
+  LikeFill like(self);
+  return at::native::zeros_like(self, dtype, layout, device, pin_memory, memory_format);
+}
+at::Tensor ones_like(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                     std::optional<at::Device> device, std::optional<bool> pin_memory,
+                     std::optional<at::MemoryFormat> memory_format) {
+  LikeFill like(self);
+  return at::native::ones_like(self, dtype, layout, device, pin_memory, memory_format);
+}
+at::Tensor full_like(const at::Tensor& self, const at::Scalar& value, std::optional<at::ScalarType> dtype,
+                     std::optional<at::Layout> layout, std::optional<at::Device> device,
+                     std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  LikeFill like(self);
+  return at::native::full_like(self, value, dtype, layout, device, pin_memory, memory_format);
 }
 
 // Whether `param.data = from` may swap a tensor's implementation in place.
@@ -203,6 +228,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("zeros_like", TORCH_FN(zeros_like));
+  m.impl("ones_like", TORCH_FN(ones_like));
+  m.impl("full_like", TORCH_FN(full_like));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));

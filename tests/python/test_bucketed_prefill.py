@@ -120,7 +120,7 @@ def test_masks_and_positions_made_at_each_length_are_padded():
     for n in (5, 9, 7, 12, 10, 14, 6, 11):
         before = _programs()
         mask = torch.ones((n, n), dtype=torch.bool, device="tpu").tril()
-        bias = torch.where(mask, torch.zeros((n, n), device="tpu"), float("-inf"))
+        bias = torch.where(mask, torch.zeros_like(mask, dtype=torch.float32), float("-inf"))
         pos = torch.arange(n, device="tpu")
         rows = torch.arange(3, device="tpu")
         sel = bias[None] + (pos[None, :] * rows[:, None, None]).float()
@@ -135,6 +135,39 @@ def test_masks_and_positions_made_at_each_length_are_padded():
     assert _padded(mask) and _padded(pos)
     # from the fourth length on, in the bucket of 16: nothing new
     assert built[4:] == [0] * len(built[4:]), built
+
+
+def test_tensors_made_like_others_mirror_them_and_float_fills_stay_exact():
+    # An optimizer's state (zeros_like of parameters of many shapes, made at
+    # one line), a parameter shard or a static cache (float fills at
+    # several sizes) are long-lived: none is padded, whatever the sizes
+    # around it. A tensor made like a padded one is padded as it is.
+    shapes = [(16, 8), (16,), (4, 16), (4,), (32, 16), (32,), (64, 32), (8,), (3, 5, 7), (3, 6, 7), (3, 9, 7)]
+    for dtype in (torch.float32, torch.bfloat16):
+        model = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(s, dtype=dtype, device="tpu")) for s in shapes])
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        for p in model:
+            p.grad = torch.ones_like(p)
+        opt.step()
+        for p in model:
+            for name in ("exp_avg", "exp_avg_sq"):
+                state = opt.state[p][name]
+                assert not _padded(state), (p.shape, name)
+                _same(state, torch.full(p.shape, 0.1 if name == "exp_avg" else 1e-3, dtype=dtype), exact=False)
+            assert not _padded(p.grad)
+    for s in shapes:
+        for made in (torch.zeros(s, device="tpu"), torch.full(s, 2.0, device="tpu")):
+            assert not _padded(made)
+    # an integer fill at changing sizes is padded; one made like it mirrors
+    # it, in any dtype, and one made like an exact tensor stays exact
+    for n in (5, 9, 7, 12):
+        ids = torch.ones((2, n), dtype=torch.int64, device="tpu")
+    assert _padded(ids)
+    for like in (torch.zeros_like(ids), torch.ones_like(ids, dtype=torch.float32), torch.full_like(ids, 3)):
+        assert _padded(like)
+        _same(like, torch.full((2, 12), like.flatten()[0].item(), dtype=like.dtype))
+    assert not _padded(torch.zeros_like(torch.ones(2, 12, device="tpu")))
 
 
 def test_explain_says_what_was_padded_and_what_ran_at_exact_sizes():
