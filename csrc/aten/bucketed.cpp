@@ -509,25 +509,31 @@ thread_local const at::Tensor* like_source = nullptr;  // LikeFill
 // The kind of a new tensor: what makes it (`kind`), its dtype, rank and
 // device, and the Python line that asked for it (a batch index and a
 // sequence's positions are both aranges, from different lines).
-int64_t recent_key(int kind, const at::Tensor& t) {
+// `in_torch`: the line is PyTorch's own code.
+int64_t recent_key(int kind, const at::Tensor& t, bool* in_torch) {
   const int device = t.device().has_index() ? t.device().index() : 0;
   const int64_t what =
       ((static_cast<int64_t>(kind) * 64 + static_cast<int64_t>(t.scalar_type())) * 16 + t.dim()) * 4096 + device;
-  return static_cast<int64_t>(python_call_site() ^ static_cast<uint64_t>(what));
+  return static_cast<int64_t>(python_call_site(in_torch) ^ static_cast<uint64_t>(what));
 }
 
 // Which dims of new tensor `t` (made by `kind`) vary, from the last sizes
 // seen of its kind (recent_key): those that two recent tensors and this
 // one give three sizes, agreeing on every other dim (a mask made at each
 // length of a sequence, the token ids of prompts of several lengths). A
-// lone new size or tensors of unrelated shapes stay exact; a size seen
-// recently keeps its answer unless it was exact and sizes now vary around
-// it. None: empty.
+// lone new size, tensors of unrelated shapes and tensors made by PyTorch's
+// own code stay exact; a size seen recently keeps its answer unless it was
+// exact and sizes now vary around it. None: empty.
 std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
   const c10::IntArrayRef sizes = t.sizes();
   const size_t rank = sizes.size();
   if (rank == 0 || rank > 8 || exact_new) return {};
-  const int64_t key = recent_key(kind, t);  // (only now: it looks at the Python frame)
+  bool in_torch = false;
+  const int64_t key = recent_key(kind, t, &in_torch);  // (only now: it looks at the Python frame)
+  // What PyTorch's own code makes or moves is state, not a sequence's
+  // inputs: a module's buffers under module.to, a checkpoint's tensors
+  // under torch.load, an optimizer's state.
+  if (in_torch) return {};
   struct Seen {
     std::array<int64_t, 8> sizes{};  // (zero-filled past the rank; all zero: none)
     uint8_t varying = 0;             // what was decided for them

@@ -10,6 +10,9 @@ namespace tpu {
 // device threads), or a process without Python (the C++ tests). Costs
 // taking the GIL when this thread has released it; call it only on paths
 // that decide something once per new tensor, not per op.
-uint64_t python_call_site();
+// With `in_torch`: whether that line is PyTorch's own code (a file of the
+// torch package: module.to moving a module's buffers, torch.load, an
+// optimizer making its state).
+uint64_t python_call_site(bool* in_torch = nullptr);
 
 }  // namespace tpu

@@ -170,6 +170,30 @@ def test_tensors_made_like_others_mirror_them_and_float_fills_stay_exact():
     assert not _padded(torch.zeros_like(torch.ones(2, 12, device="tpu")))
 
 
+def test_tensors_pytorch_moves_or_makes_stay_exact_and_user_uploads_pad():
+    # A module's int64 and bool buffers (position ids, masks) moved by
+    # module.to, and a checkpoint's loaded with map_location, at several
+    # sizes: state, never padded. The same tensors uploaded at several
+    # sizes by one line of the user's code are token ids: padded.
+    import io
+    for n in (512, 1024, 77, 300, 45):
+        m = torch.nn.Module()
+        m.register_buffer("position_ids", torch.arange(n).expand((1, -1)))
+        m.register_buffer("mask", torch.ones(n, dtype=torch.bool))
+        m.to("tpu")
+        buf = io.BytesIO()
+        torch.save({"ids": torch.arange(n), "ok": torch.ones(2, n, dtype=torch.bool)}, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, map_location="tpu")
+        for t, want in ((m.position_ids, torch.arange(n).expand((1, -1))), (m.mask, torch.ones(n, dtype=torch.bool)),
+                        (loaded["ids"], torch.arange(n)), (loaded["ok"], torch.ones(2, n, dtype=torch.bool))):
+            assert not _padded(t), (n, t.shape)
+            assert torch.equal(t.cpu(), want)
+        uploaded = torch.arange(n)[None].to("tpu")
+    assert _padded(uploaded)
+    _same(uploaded, torch.arange(45)[None])
+
+
 def test_explain_says_what_was_padded_and_what_ran_at_exact_sizes():
     code = (
         "import torch, torch_tpu\n"
