@@ -98,12 +98,11 @@ def main():
     tpu_hf = model().to("tpu")
     t0 = time.perf_counter()
     engine = serving.Engine(model(), config=serving.EngineConfig(max_slots=max(levels), max_len=256))
-    before = compiles()
-    engine.warmup()
-    warm_s, warm_n = time.perf_counter() - t0, compiles() - before
-    print(f"engine warm-up: {warm_n} programs compiled or loaded in {warm_s:.1f} s "
-          f"(buckets: prefill {engine.config.prefill_buckets}, batch {engine.config.batch_buckets}, "
-          f"kv {engine.config.kv_buckets})")
+    counts = engine.warmup()
+    warm_s = time.perf_counter() - t0
+    print(f"engine warm-up: {counts['functions']} step functions in {warm_s:.1f} s ({counts['compiled']} programs "
+          f"compiled, {counts['loaded']} loaded from the disk cache, the rest already in memory; buckets: prefill "
+          f"{engine.config.prefill_buckets}, batch {engine.config.batch_buckets}, kv {engine.config.kv_buckets})")
     results = {}
     engine_compiles = 0
     hf_tpu_compiles = {}

@@ -344,8 +344,9 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_warmup:
         t = time.perf_counter()
         counts = engine.warmup()
-        print(f"torch_tpu.serve: warmed up {counts['compiled']} compiled and {counts['loaded']} cached programs "
-              f"in {time.perf_counter() - t:.1f} s", flush=True)
+        print(f"torch_tpu.serve: warmed up {counts['functions']} step functions in {time.perf_counter() - t:.1f} s "
+              f"({counts['compiled']} programs compiled, {counts['loaded']} loaded from the disk cache, the rest "
+              f"already in memory)", flush=True)
     engine.start()
     try:
         uvicorn.run(build_app(engine, args.served_model_name or args.model), host=args.host, port=args.port,

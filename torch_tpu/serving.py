@@ -653,7 +653,10 @@ class Engine:
     def warmup(self) -> dict[str, int]:
         """Compiles (or loads from the persistent cache) and captures every
         bucket's prefill and decode program, for each way of sampling. Returns
-        counts of programs built. After it, serving compiles nothing."""
+        counts: step functions ready, programs compiled, programs loaded from
+        the disk cache now (the others were in memory already: preloaded in
+        the background at start-up, or used before). After it, serving
+        compiles nothing."""
         from . import cache_stats, execution_mode, get_execution_mode
 
         if self.device.type == "tpu" and get_execution_mode() == "fused":
@@ -672,7 +675,8 @@ class Engine:
                     for _ in range(2):
                         self._launch_decode([], mode, b, k).cpu()
         after = cache_stats()
-        return {"compiled": after["misses"] - before["misses"], "loaded": after["disk_hits"] - before["disk_hits"]}
+        return {"functions": len(self._fns), "compiled": after["misses"] - before["misses"],
+                "loaded": after["disk_hits"] - before["disk_hits"]}
 
     # -- requests --
 
