@@ -68,7 +68,10 @@ const std::string& torch_dir() {
 }
 
 // Whether `code` (a code object) is in a file of the torch package; the
-// answer is kept per code object (called with the GIL held).
+// answer is kept per code object (called with the GIL held). A freed code
+// object's address reused by another can give the other a stale answer:
+// it then decides padded or exact wrongly, which costs compiles or memory,
+// never values.
 bool code_in_torch(const PythonApi& api, void* code) {
   static std::unordered_map<void*, bool> known;
   auto it = known.find(code);
