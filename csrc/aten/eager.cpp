@@ -250,6 +250,11 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
     const bool guarded = !own.empty() && k < plan.guarded.size() && plan.guarded[k];
     store(*bound.written[k], outs[next], plan.output_types[next], guarded ? guards_once : guards);
   }
+  std::vector<exec::DeviceCheck*> now;
+  for (const exec::CheckPtr& c : own) {
+    if (!c->asynchronous()) now.push_back(c.get());
+  }
+  exec::DeviceCheck::read_all(now);
   for (const exec::CheckPtr& c : own) {
     if (!c->asynchronous() && c->failed()) {
       c->reported = true;

@@ -255,7 +255,20 @@ void DeferredGraph::flush_locked() {
     alias[param] = static_cast<int>(out->second);
     taken[out->second] = true;
   }
-  const std::string key = "fused:" + structure_key(r, live, alias);  // (binary)
+  // The checks' preds also as one pred[N], the last result: reading it
+  // answers them all with one transfer (a compiled step with an index check
+  // per gather would otherwise wait for the device once per check).
+  std::vector<std::pair<DeviceCheck*, size_t>> batched;  // (check, the result holding its pred)
+  for (const auto& c : r.checks) {
+    const DeferredPtr d = c->deferred();
+    auto it = d ? out_index.find(d.get()) : out_index.end();
+    if (it != out_index.end() && d->type().dims.empty() && d->type().dtype == hlo::DType::Pred) {
+      batched.emplace_back(c.get(), it->second);
+    }
+  }
+  if (batched.size() < 2) batched.clear();
+  std::string key = "fused:" + structure_key(r, live, alias);  // (binary)
+  for (const auto& [check, result] : batched) key.append(reinterpret_cast<const char*>(&result), sizeof(result));
 
   // The module: the recorded functions, and a main that calls them in
   // order and returns the live values.
@@ -271,6 +284,22 @@ void DeferredGraph::flush_locked() {
     write_calls(r, live, body, returned);
     std::vector<hlo::Type> result_types;
     for (const auto& v : live) result_types.push_back(v->type());
+    if (!batched.empty()) {
+      std::string parts, types;
+      for (size_t k = 0; k < batched.size(); ++k) {
+        const std::string name = "check" + std::to_string(k);
+        body += "    %" + name + " = \"stablehlo.reshape\"(%" + returned[batched[k].second] +
+                ") : (tensor<i1>) -> tensor<1xi1>\n";
+        parts += (k ? ", %" : "%") + name;
+        types += k ? ", tensor<1xi1>" : "tensor<1xi1>";
+      }
+      const hlo::Type all{hlo::DType::Pred, {static_cast<int64_t>(batched.size())}};
+      body += "    %checks = \"stablehlo.concatenate\"(" + parts + ") {dimension = 0 : i64} : (" + types + ") -> ";
+      append_type(body, all);
+      body += "\n";
+      returned.push_back("checks");
+      result_types.push_back(all);
+    }
     module.set_main(main_params, result_types, std::move(body), std::move(returned));
     return module.text();
   };
@@ -298,6 +327,10 @@ void DeferredGraph::flush_locked() {
   for (size_t k = 0; k < live.size(); ++k) {
     live[k]->buffer_ = outs[k];
     live[k]->graph_ = nullptr;
+  }
+  if (!batched.empty()) {
+    auto batch = std::make_shared<CheckBatch>(outs.back());
+    for (size_t k = 0; k < batched.size(); ++k) batched[k].first->set_batch(batch, k);
   }
   for (auto& c : r.checks) runtime_.track_check(device_, c);
 }
@@ -383,27 +416,84 @@ DeferredPtr DeviceCheck::deferred() const {
 bool DeviceCheck::failed() {
   const int known = state_.load(std::memory_order_acquire);
   if (known != kUnknown) return known == kFailed;
-  pjrt::BufferPtr ok;
-  DeferredPtr deferred;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ok = ok_;
-    deferred = deferred_;
-  }
-  if (!ok && deferred) ok = deferred->resolve();  // runs its graph (outside our lock)
-  if (!ok) return false;
-  uint8_t bit = 1;
-  ok->to_host(&bit, 1);
-  state_.store(bit ? kPassed : kFailed, std::memory_order_release);
+  read_all({this});
+  return state_.load(std::memory_order_acquire) == kFailed;
+}
+
+void DeviceCheck::set_batch(std::shared_ptr<CheckBatch> batch, size_t index) {
   std::lock_guard<std::mutex> lock(mu_);
-  ok_.reset();  // the answer is kept; the buffer and the graph value may go
-  deferred_.reset();
-  return !bit;
+  batch_ = std::move(batch);
+  batch_index_ = index;
+}
+
+void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks) {
+  struct Pending {
+    DeviceCheck* check;
+    std::shared_ptr<CheckBatch> batch;  // or its own pred:
+    pjrt::BufferPtr pred;
+    size_t index;
+  };
+  std::vector<Pending> pending;
+  for (DeviceCheck* c : checks) {
+    if (c->state_.load(std::memory_order_acquire) != kUnknown) continue;
+    if (std::any_of(pending.begin(), pending.end(), [c](const Pending& p) { return p.check == c; })) continue;
+    Pending p{c, nullptr, nullptr, 0};
+    DeferredPtr deferred;
+    {
+      std::lock_guard<std::mutex> lock(c->mu_);
+      p.batch = c->batch_;
+      p.index = c->batch_index_;
+      p.pred = c->ok_;
+      deferred = c->deferred_;
+    }
+    if (!p.batch && !p.pred && deferred) {
+      p.pred = deferred->resolve();  // runs its graph (outside the check's lock), which may batch it
+      std::lock_guard<std::mutex> lock(c->mu_);
+      p.batch = c->batch_;
+      p.index = c->batch_index_;
+    }
+    if (!p.batch && !p.pred) continue;
+    pending.push_back(std::move(p));
+  }
+  if (pending.empty()) return;
+  // One read per batch not read yet, one per lone pred; all at once.
+  std::vector<pjrt::Buffer::Read> reads;
+  std::vector<std::pair<std::shared_ptr<CheckBatch>, std::vector<uint8_t>>> batches;
+  std::vector<uint8_t> lone(pending.size(), 1);
+  for (const Pending& p : pending) {
+    if (!p.batch) continue;
+    std::lock_guard<std::mutex> lock(p.batch->mu);
+    if (!p.batch->bits.empty()) continue;
+    if (std::any_of(batches.begin(), batches.end(), [&](const auto& b) { return b.first == p.batch; })) continue;
+    batches.emplace_back(p.batch, std::vector<uint8_t>(p.batch->preds->dims().at(0), 1));
+  }
+  for (auto& [batch, bits] : batches) reads.push_back({batch->preds.get(), bits.data(), bits.size()});
+  for (size_t k = 0; k < pending.size(); ++k) {
+    if (!pending[k].batch) reads.push_back({pending[k].pred.get(), &lone[k], 1});
+  }
+  pjrt::Buffer::to_host(reads);
+  for (auto& [batch, bits] : batches) {
+    std::lock_guard<std::mutex> lock(batch->mu);
+    if (batch->bits.empty()) batch->bits = std::move(bits);
+  }
+  for (size_t k = 0; k < pending.size(); ++k) {
+    const Pending& p = pending[k];
+    bool ok = lone[k] != 0;
+    if (p.batch) {
+      std::lock_guard<std::mutex> lock(p.batch->mu);
+      ok = p.batch->bits.at(p.index) != 0;
+    }
+    p.check->state_.store(ok ? kPassed : kFailed, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(p.check->mu_);
+    p.check->ok_.reset();  // the answer is kept; the buffers and the graph value may go
+    p.check->deferred_.reset();
+    p.check->batch_.reset();
+  }
 }
 
 bool DeviceCheck::readable() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ok_ || !deferred_ || !deferred_->pending();
+  return ok_ || batch_ || !deferred_ || !deferred_->pending();
 }
 
 CheckFailure DeviceCheck::error() const {
@@ -432,9 +522,11 @@ void add_guard(Checks& into, const CheckPtr& c, bool once) {
 // and those that passed drop out.
 void settle(Checks& into) {
   if (into.size() <= kMaxGuards) return;
+  std::vector<DeviceCheck*> oldest;
   for (size_t k = 0; k < into.size() / 2; ++k) {
-    if (into[k].check->readable()) into[k].check->failed();
+    if (into[k].check->readable()) oldest.push_back(into[k].check.get());
   }
+  DeviceCheck::read_all(oldest);
   into.erase(std::remove_if(into.begin(), into.end(), [](const Guard& g) { return g.check->passed(); }), into.end());
 }
 
@@ -451,6 +543,11 @@ void merge_checks(Checks& into, const std::vector<CheckPtr>& more, bool once) {
 }
 
 void verify_checks(const Checks& checks) {
+  std::vector<DeviceCheck*> open;
+  for (const Guard& g : checks) {
+    if (!g.check->passed() && !(g.once && g.check->reported.load())) open.push_back(g.check.get());
+  }
+  DeviceCheck::read_all(open);
   for (const Guard& g : checks) {
     if (g.check->passed() || (g.once && g.check->reported.load())) continue;
     if (g.check->failed()) {

@@ -8,6 +8,11 @@
 // inputs to results), and reading a tensor verifies those only. A failed
 // check fails every read of the values it produced, while unrelated tensors
 // read normally; `synchronize` reports every failure not reported yet.
+//
+// Reading checks waits for the device, and the CPU plugin copies even a ready
+// value on a worker thread (some 20-30 us a read): checks are read together
+// (`DeviceCheck::read_all`, one wait for the lot), and a fused program that
+// computes several returns their preds also as one pred[N] (`CheckBatch`).
 #pragma once
 
 #include <atomic>
@@ -22,6 +27,15 @@
 
 namespace tpu::exec {
 
+// The preds of several checks one fused program computed, as one pred[N]
+// result: one transfer answers them all.
+struct CheckBatch {
+  explicit CheckBatch(pjrt::BufferPtr p) : preds(std::move(p)) {}
+  pjrt::BufferPtr preds;
+  std::mutex mu;
+  std::vector<uint8_t> bits;  // once read
+};
+
 class DeviceCheck {
  public:
   // `asynchronous`: verified after its op returned (the message says so).
@@ -29,12 +43,18 @@ class DeviceCheck {
   // Its pred: a buffer, or a value of a fused graph not run yet.
   void set_result(pjrt::BufferPtr ok);
   void set_result(DeferredPtr ok);
+  // Its pred is also element `index` of `batch` (read that instead).
+  void set_batch(std::shared_ptr<CheckBatch> batch, size_t index);
   DeferredPtr deferred() const;
   const std::string& message() const { return message_; }
   bool asynchronous() const { return asynchronous_; }
   // Whether it failed: reads the pred (waits for the program computing it,
   // running a pending fused graph). Known answers are not read again.
   bool failed();
+  // Reads the answers of those of `checks` not known yet with one wait for
+  // the device (pjrt::Buffer::to_host of all their preds at once), not one
+  // per check; the pending fused graphs that compute them are run.
+  static void read_all(const std::vector<DeviceCheck*>& checks);
   bool passed() const { return state_.load(std::memory_order_acquire) == kPassed; }
   // Whether reading it runs no pending fused graph.
   bool readable() const;
@@ -48,6 +68,8 @@ class DeviceCheck {
   mutable std::mutex mu_;
   pjrt::BufferPtr ok_;
   DeferredPtr deferred_;
+  std::shared_ptr<CheckBatch> batch_;
+  size_t batch_index_ = 0;
   std::string message_;
   bool asynchronous_;
   std::atomic<int> state_{kUnknown};

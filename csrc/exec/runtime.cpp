@@ -243,6 +243,9 @@ void Runtime::track_check(int device_index, CheckPtr check) {
     if (list.size() < 1024) return;
     backlog.swap(list);  // bounded: a long backlog is read now
   }
+  std::vector<DeviceCheck*> all;
+  for (const CheckPtr& c : backlog) all.push_back(c.get());
+  DeviceCheck::read_all(all);
   std::vector<CheckPtr> keep;
   for (CheckPtr& c : backlog) {
     if (c->failed() && !c->reported) keep.push_back(std::move(c));  // for synchronize to report
@@ -261,6 +264,11 @@ void Runtime::verify_checks(int device_index) {
   }
   // The first failure is raised; the others are not (as CUDA reports one
   // error), though reading their values still raises them.
+  std::vector<DeviceCheck*> open;
+  for (const CheckPtr& c : checks) {
+    if (!c->reported) open.push_back(c.get());
+  }
+  DeviceCheck::read_all(open);
   for (const CheckPtr& c : checks) {
     if (c->reported || !c->failed() || c->reported.exchange(true)) continue;
     throw c->error();

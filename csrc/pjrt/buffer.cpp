@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 
 #include "csrc/pjrt/client.h"
@@ -188,6 +189,34 @@ void Buffer::to_host(void* dst, size_t nbytes) const {
   args.dst_size = nbytes;
   TPU_PJRT_CALL(*api_, Buffer_ToHostBuffer, args);
   if (args.event != nullptr) Event(api_.get(), args.event).await();
+}
+
+void Buffer::to_host(const std::vector<Read>& reads) {
+  if (reads.size() == 1) return reads[0].buffer->to_host(reads[0].dst, reads[0].nbytes);
+  g_host_reads += static_cast<int64_t>(reads.size());
+  t_host_reads += static_cast<int64_t>(reads.size());
+  for (const Read& r : reads) r.buffer->await_ready();  // (as to_host: the copies start once the values are there)
+  std::vector<Event> copies;
+  copies.reserve(reads.size());
+  for (const Read& r : reads) {
+    auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
+    args.src = r.buffer->buffer_;
+    args.dst = r.dst;
+    args.dst_size = r.nbytes;
+    TPU_PJRT_CALL(*r.buffer->api_, Buffer_ToHostBuffer, args);
+    if (args.event != nullptr) copies.emplace_back(r.buffer->api_.get(), args.event);
+  }
+  // Every copy is waited for, even after one failed: the caller frees the
+  // destinations once we return.
+  std::exception_ptr first;
+  for (Event& e : copies) {
+    try {
+      e.await();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 void Buffer::await_ready() const {

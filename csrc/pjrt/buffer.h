@@ -70,6 +70,16 @@ class Buffer {
   // Blocks until the data is there; surfaces errors of the computation that
   // produced the buffer.
   void to_host(void* dst, size_t nbytes) const;
+  // Several reads at once: every copy is started before any is waited for,
+  // so a plugin that copies on a worker thread (the CPU plugin does, even
+  // for a ready buffer) wakes it once for all of them, not once per read.
+  // Counted as one host read each.
+  struct Read {
+    const Buffer* buffer;
+    void* dst;
+    size_t nbytes;
+  };
+  static void to_host(const std::vector<Read>& reads);
   // How many to_host reads the process made (each one waits for the device):
   // tests use it to prove a loop never synchronizes.
   static int64_t host_reads();

@@ -162,6 +162,41 @@ def test_a_failed_check_inside_a_compiled_graph_belongs_to_its_outputs():
             out.cpu()
 
 
+def test_a_compiled_steps_checks_are_read_with_one_wait_and_a_failure_names_its_op():
+    """The index checks of a compiled step (one per gather here, 12) are
+    read together: reading its output waits for the device a few times, not
+    once per check (each wait costs tens of microseconds on the CPU plugin;
+    a step with a check per layer paid them on every read). A failure among
+    them still raises its own op's error, with CPU's exception type."""
+    idx = torch.tensor([1, 0, 3, 2], device="tpu")
+
+    def step(x, i, j, idx=idx):
+        for _ in range(10):
+            x = x.index_select(0, idx) * 0.5 + x
+        return x.index_select(0, i) + x.gather(1, j)
+
+    fn = torch.compile(step, backend="tpu")
+    xc = torch.randn(4, 3)
+    x = xc.to("tpu")
+    i, j = torch.tensor([3, 1, 0, 2]), torch.tensor([[0, 2, 1]] * 4)
+    it, jt = i.to("tpu"), j.to("tpu")
+    for _ in range(3):  # captured, then replayed
+        fn(x, it, jt)
+    before = torch_tpu.counters()["host_reads"]
+    for _ in range(5):
+        out = fn(x, it, jt)
+    torch.testing.assert_close(out.cpu(), step(xc, i, j, idx.cpu()))
+    assert torch_tpu.counters()["host_reads"] - before <= 3
+    bad_i = fn(x, torch.tensor([3, 1, 4, 2], device="tpu"), jt)
+    bad_j = fn(x, it, torch.tensor([[0, 2, 3]] * 4, device="tpu"))
+    fine = fn(x, it, jt)
+    with pytest.raises(IndexError, match=r"index out of range in self \(aten::index_select\)"):
+        bad_i.cpu()
+    with pytest.raises(RuntimeError, match=r"gather\(\): index out of bounds for dimension 1 with size 3"):
+        bad_j.cpu()
+    torch.testing.assert_close(fine.cpu(), step(xc, i, j, idx.cpu()))
+
+
 def _held(t):
     return torch.ops.torch_tpu._storage_info(t).split()[0]  # "deferred" or "buffer"
 
