@@ -58,6 +58,15 @@ void verify(const exec::Checks& checks) {
 
 void verify_device_checks(const at::Tensor& t) { verify(storage_of(t).raw_value().checks); }
 
+// Copies `buffer` into `dst` and verifies `checks`, with one wait for both.
+void read_verified(const pjrt::Buffer& buffer, void* dst, size_t nbytes, const exec::Checks& checks) {
+  try {
+    exec::read_verified({&buffer, dst, nbytes}, checks);
+  } catch (const exec::CheckFailure& e) {
+    raise_check_failure(e);
+  }
+}
+
 // dst (tpu) <- src (tpu, same device), converted and broadcast.
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   // A copy of a view onto the very same view is nothing (CPU returns before
@@ -223,8 +232,7 @@ bool read_padded_into(const at::Tensor& src, at::Tensor& out) {
   if (!padded || to_hlo(src.scalar_type()) != padded->type.dtype || src.is_conj() || src.is_neg()) return false;
   const pjrt::BufferPtr buffer = padded->deferred ? padded->deferred->resolve() : padded->buffer;
   at::Tensor whole = at::empty(padded->bounds, at::TensorOptions().dtype(src.scalar_type()));
-  buffer->to_host(whole.data_ptr(), whole.nbytes());
-  verify(padded->checks);
+  read_verified(*buffer, whole.data_ptr(), whole.nbytes(), padded->checks);
   at::Tensor exact = whole;
   for (size_t d = 0; d < padded->sizes.size(); ++d) exact = exact.narrow(static_cast<int64_t>(d), 0, padded->sizes[d]);
   exact = exact.contiguous().view(-1);
@@ -251,8 +259,8 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
     p.finish({p.builder().convert(p.input(src), to_hlo(dtype))});
     t = p.run()[0];
   }
-  dense_value(t).buffer->to_host(out.data_ptr(), out.nbytes());
-  verify_device_checks(src);
+  const pjrt::BufferPtr dense = dense_value(t).buffer;
+  read_verified(*dense, out.data_ptr(), out.nbytes(), storage_of(src).raw_value().checks);
   return out;
 }
 

@@ -426,7 +426,7 @@ void DeviceCheck::set_batch(std::shared_ptr<CheckBatch> batch, size_t index) {
   batch_index_ = index;
 }
 
-void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks) {
+void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks, std::vector<pjrt::Buffer::Read> also) {
   struct Pending {
     DeviceCheck* check;
     std::shared_ptr<CheckBatch> batch;  // or its own pred:
@@ -455,9 +455,12 @@ void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks) {
     if (!p.batch && !p.pred) continue;
     pending.push_back(std::move(p));
   }
-  if (pending.empty()) return;
+  if (pending.empty()) {
+    if (!also.empty()) pjrt::Buffer::to_host(also);
+    return;
+  }
   // One read per batch not read yet, one per lone pred; all at once.
-  std::vector<pjrt::Buffer::Read> reads;
+  std::vector<pjrt::Buffer::Read> reads = std::move(also);
   std::vector<std::pair<std::shared_ptr<CheckBatch>, std::vector<uint8_t>>> batches;
   std::vector<uint8_t> lone(pending.size(), 1);
   for (const Pending& p : pending) {
@@ -542,12 +545,23 @@ void merge_checks(Checks& into, const std::vector<CheckPtr>& more, bool once) {
   settle(into);
 }
 
-void verify_checks(const Checks& checks) {
+namespace {
+std::vector<DeviceCheck*> open_checks(const Checks& checks) {
   std::vector<DeviceCheck*> open;
   for (const Guard& g : checks) {
     if (!g.check->passed() && !(g.once && g.check->reported.load())) open.push_back(g.check.get());
   }
-  DeviceCheck::read_all(open);
+  return open;
+}
+}  // namespace
+
+void read_verified(const pjrt::Buffer::Read& value, const Checks& checks) {
+  DeviceCheck::read_all(open_checks(checks), {value});
+  verify_checks(checks);
+}
+
+void verify_checks(const Checks& checks) {
+  DeviceCheck::read_all(open_checks(checks));
   for (const Guard& g : checks) {
     if (g.check->passed() || (g.once && g.check->reported.load())) continue;
     if (g.check->failed()) {

@@ -54,7 +54,9 @@ class DeviceCheck {
   // Reads the answers of those of `checks` not known yet with one wait for
   // the device (pjrt::Buffer::to_host of all their preds at once), not one
   // per check; the pending fused graphs that compute them are run.
-  static void read_all(const std::vector<DeviceCheck*>& checks);
+  static void read_all(const std::vector<DeviceCheck*>& checks) { read_all(checks, {}); }
+  // The same, with `also` (a value's read) copied in the same wait.
+  static void read_all(const std::vector<DeviceCheck*>& checks, std::vector<pjrt::Buffer::Read> also);
   bool passed() const { return state_.load(std::memory_order_acquire) == kPassed; }
   // Whether reading it runs no pending fused graph.
   bool readable() const;
@@ -93,5 +95,9 @@ void merge_checks(Checks& into, const Checks& more);
 void merge_checks(Checks& into, const std::vector<CheckPtr>& more, bool once = false);
 // Throws the CheckFailure of the first failed check a read must raise.
 void verify_checks(const Checks& checks);
+// Reads `value` to the host and verifies `checks` with one wait for the
+// device (a read of a tensor: its data and the checks of the ops it came
+// from).
+void read_verified(const pjrt::Buffer::Read& value, const Checks& checks);
 
 }  // namespace tpu::exec
