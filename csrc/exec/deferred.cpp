@@ -285,15 +285,20 @@ void DeferredGraph::flush_locked() {
     std::vector<hlo::Type> result_types;
     for (const auto& v : live) result_types.push_back(v->type());
     if (!batched.empty()) {
+      const hlo::Type pred{hlo::DType::Pred, {}}, one{hlo::DType::Pred, {1}};
+      const hlo::Type all{hlo::DType::Pred, {static_cast<int64_t>(batched.size())}};
       std::string parts, types;
       for (size_t k = 0; k < batched.size(); ++k) {
         const std::string name = "check" + std::to_string(k);
-        body += "    %" + name + " = \"stablehlo.reshape\"(%" + returned[batched[k].second] +
-                ") : (tensor<i1>) -> tensor<1xi1>\n";
+        body += "    %" + name + " = \"stablehlo.reshape\"(%" + returned[batched[k].second] + ") : (";
+        append_type(body, pred);
+        body += ") -> ";
+        append_type(body, one);
+        body += "\n";
         parts += (k ? ", %" : "%") + name;
-        types += k ? ", tensor<1xi1>" : "tensor<1xi1>";
+        if (k) types += ", ";
+        append_type(types, one);
       }
-      const hlo::Type all{hlo::DType::Pred, {static_cast<int64_t>(batched.size())}};
       body += "    %checks = \"stablehlo.concatenate\"(" + parts + ") {dimension = 0 : i64} : (" + types + ") -> ";
       append_type(body, all);
       body += "\n";
@@ -436,7 +441,6 @@ void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks, std::vector<
   std::vector<Pending> pending;
   for (DeviceCheck* c : checks) {
     if (c->state_.load(std::memory_order_acquire) != kUnknown) continue;
-    if (std::any_of(pending.begin(), pending.end(), [c](const Pending& p) { return p.check == c; })) continue;
     Pending p{c, nullptr, nullptr, 0};
     DeferredPtr deferred;
     {
@@ -462,13 +466,12 @@ void DeviceCheck::read_all(const std::vector<DeviceCheck*>& checks, std::vector<
   // One read per batch not read yet, one per lone pred; all at once.
   std::vector<pjrt::Buffer::Read> reads = std::move(also);
   std::vector<std::pair<std::shared_ptr<CheckBatch>, std::vector<uint8_t>>> batches;
+  std::unordered_set<const CheckBatch*> listed;
   std::vector<uint8_t> lone(pending.size(), 1);
   for (const Pending& p : pending) {
-    if (!p.batch) continue;
+    if (!p.batch || !listed.insert(p.batch.get()).second) continue;
     std::lock_guard<std::mutex> lock(p.batch->mu);
-    if (!p.batch->bits.empty()) continue;
-    if (std::any_of(batches.begin(), batches.end(), [&](const auto& b) { return b.first == p.batch; })) continue;
-    batches.emplace_back(p.batch, std::vector<uint8_t>(p.batch->preds->dims().at(0), 1));
+    if (p.batch->bits.empty()) batches.emplace_back(p.batch, std::vector<uint8_t>(p.batch->preds->dims().at(0), 1));
   }
   for (auto& [batch, bits] : batches) reads.push_back({batch->preds.get(), bits.data(), bits.size()});
   for (size_t k = 0; k < pending.size(); ++k) {

@@ -176,39 +176,31 @@ thread_local int64_t t_host_reads = 0;
 int64_t Buffer::host_reads() { return g_host_reads.load(); }
 int64_t Buffer::thread_host_reads() { return t_host_reads; }
 
-void Buffer::to_host(void* dst, size_t nbytes) const {
-  ++g_host_reads;
-  ++t_host_reads;
-  // Ctrl-C may end the wait for the value; the copy into `dst` starts only
-  // once the value is there, and is always waited for (the caller frees
-  // `dst` once we return).
-  await_ready();
-  auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
-  args.src = buffer_;
-  args.dst = dst;
-  args.dst_size = nbytes;
-  TPU_PJRT_CALL(*api_, Buffer_ToHostBuffer, args);
-  if (args.event != nullptr) Event(api_.get(), args.event).await();
-}
+void Buffer::to_host(void* dst, size_t nbytes) const { to_host({{this, dst, nbytes}}); }
 
 void Buffer::to_host(const std::vector<Read>& reads) {
-  if (reads.size() == 1) return reads[0].buffer->to_host(reads[0].dst, reads[0].nbytes);
   g_host_reads += static_cast<int64_t>(reads.size());
   t_host_reads += static_cast<int64_t>(reads.size());
-  for (const Read& r : reads) r.buffer->await_ready();  // (as to_host: the copies start once the values are there)
+  // Ctrl-C may end the wait for the values; the copies into the
+  // destinations start only once the values are there, and are always
+  // waited for, even after one failed (the caller frees the destinations
+  // once we return).
+  for (const Read& r : reads) r.buffer->await_ready();
   std::vector<Event> copies;
   copies.reserve(reads.size());
-  for (const Read& r : reads) {
-    auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
-    args.src = r.buffer->buffer_;
-    args.dst = r.dst;
-    args.dst_size = r.nbytes;
-    TPU_PJRT_CALL(*r.buffer->api_, Buffer_ToHostBuffer, args);
-    if (args.event != nullptr) copies.emplace_back(r.buffer->api_.get(), args.event);
-  }
-  // Every copy is waited for, even after one failed: the caller frees the
-  // destinations once we return.
   std::exception_ptr first;
+  try {
+    for (const Read& r : reads) {
+      auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
+      args.src = r.buffer->buffer_;
+      args.dst = r.dst;
+      args.dst_size = r.nbytes;
+      TPU_PJRT_CALL(*r.buffer->api_, Buffer_ToHostBuffer, args);
+      if (args.event != nullptr) copies.emplace_back(r.buffer->api_.get(), args.event);
+    }
+  } catch (...) {
+    first = std::current_exception();
+  }
   for (Event& e : copies) {
     try {
       e.await();
