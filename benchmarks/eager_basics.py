@@ -4,7 +4,10 @@
 
 Prints medians over repeats and the ratio tpu / CPU (below 1: tpu faster):
   - small-op latency: `x + 1` on a 16x16 tensor, asynchronous dispatch
-    (1000 ops, one synchronize) and round trip (synchronize after each op);
+    (1000 ops, one synchronize) and round trip (synchronize after each op),
+    with programs started by the launcher thread (the default) and on the
+    calling thread (TORCH_TPU_ASYNC_LAUNCH=0), interleaved;
+  - a few ops then a read (`(x * 3 - 1).cpu()`), both ways;
   - float32 matmul at 512x512 and 2048x2048;
   - compiling an op for the first time vs. finding it in the cache.
 """
@@ -33,6 +36,37 @@ def small_op(device, n, sync_each):
         return y
 
     run()  # warm up (compile)
+    return run
+
+
+class inline_launches:
+    """Strict eager's programs start on the calling thread within the block
+    (as with TORCH_TPU_ASYNC_LAUNCH=0), not on the launcher thread."""
+
+    def __enter__(self):
+        torch.tpu.synchronize()
+        torch.ops.torch_tpu._hold_inline_launches(True)
+
+    def __exit__(self, *exc):
+        torch.tpu.synchronize()
+        torch.ops.torch_tpu._hold_inline_launches(False)
+
+
+def inline(fn):
+    def run():
+        with inline_launches():
+            return fn()
+
+    return run
+
+
+def ops_then_read():
+    x = torch.randn(37, 53, device="tpu")
+
+    def run():
+        return (x * 3 - 1).cpu()
+
+    run()
     return run
 
 
@@ -94,20 +128,39 @@ def main():
 
     n = 1000
     op_tpu, op_cpu, floor = small_op("tpu", n, False), small_op("cpu", n, False), execute_floor(n)
-    times = {"tpu": [], "cpu": [], "floor": []}
-    for _ in range(r):  # interleaved: the machine's noise hits all three alike
-        for name, fn in (("tpu", op_tpu), ("cpu", op_cpu)):
+    op_inline = inline(op_tpu)
+    times = {"tpu": [], "inline": [], "cpu": [], "floor": []}
+    for _ in range(r):  # interleaved: the machine's noise hits all alike
+        for name, fn in (("tpu", op_tpu), ("inline", op_inline), ("cpu", op_cpu)):
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
         times["floor"].append(floor() * n)
-    t_tpu, t_cpu, t_floor = (statistics.median(times[k]) / n for k in ("tpu", "cpu", "floor"))
+    t_tpu, t_inline, t_cpu, t_floor = (statistics.median(times[k]) / n for k in ("tpu", "inline", "cpu", "floor"))
     row("x + 1, 16x16, async dispatch (per op)", t_tpu, t_cpu)
+    row("  started on the calling thread instead", t_inline, t_cpu)
     row("  the plugin's execute alone (the floor)", t_floor, t_cpu)
-    row("  torch_tpu's own cost above the floor", t_tpu - t_floor, t_cpu)
+    row("  torch_tpu's own cost above the floor", t_inline - t_floor, t_cpu)
     n = 200
-    row("x + 1, 16x16, round trip (per op)", median_seconds(small_op("tpu", n, True), r) / n,
-        median_seconds(small_op("cpu", n, True), r) / n)
+    round_trip, round_cpu = small_op("tpu", n, True), small_op("cpu", n, True)
+    round_inline = inline(round_trip)
+    few = ops_then_read()
+    few_inline = inline(few)
+    x_cpu = torch.randn(37, 53)
+    times = {k: [] for k in ("rt", "rt_inline", "rt_cpu", "few", "few_inline", "few_cpu")}
+    for _ in range(r):
+        for name, fn, reps in (("rt", round_trip, 1), ("rt_inline", round_inline, 1), ("rt_cpu", round_cpu, 1),
+                               ("few", few, 50), ("few_inline", few_inline, 50),
+                               ("few_cpu", lambda: (x_cpu * 3 - 1).clone(), 50)):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            times[name].append((time.perf_counter() - t0) / (n if name.startswith("rt") else reps))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    row("x + 1, 16x16, round trip (per op)", med["rt"], med["rt_cpu"])
+    row("  started on the calling thread instead", med["rt_inline"], med["rt_cpu"])
+    row("(x * 3 - 1).cpu(), 37x53 (per call)", med["few"], med["few_cpu"])
+    row("  started on the calling thread instead", med["few_inline"], med["few_cpu"])
     row("matmul 512x512 f32 (per op)", median_seconds(matmul("tpu", 512, 10), r) / 10,
         median_seconds(matmul("cpu", 512, 10), r) / 10, "ms", 1e3)
     row("matmul 2048x2048 f32 (per op)", median_seconds(matmul("tpu", 2048, 2), max(3, r // 2)) / 2,

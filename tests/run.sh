@@ -5,7 +5,8 @@
 #   3. the C++ tests (GoogleTest, through CTest) against the CPU PJRT plugin,
 #   4. the Python tests (pytest), including the OpInfo conformance subset, in
 #      strict eager (the default), then again in fused eager and in debug
-#      eager, where conftest.py's MODE_POLICY keeps what the mode changes.
+#      eager, where conftest.py's MODE_POLICY keeps what the mode changes,
+#      and the core of the suite with strict eager's launcher thread always on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -40,3 +41,10 @@ echo "fused eager (TORCH_TPU_DEFER_AND_FUSE=1):"
 TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
 echo "debug eager (TORCH_TPU_LAUNCH_BLOCKING=1):"
 TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
+# Strict eager starts a burst's programs on its launcher thread, a lone op's
+# on the calling thread (by timing); the core of the suite again with every
+# program through the thread.
+echo "strict eager, every program through the launcher thread (TORCH_TPU_ASYNC_LAUNCH=always):"
+(cd tests/python && TORCH_TPU_ASYNC_LAUNCH=always python3 -m pytest -q "${PARALLEL[@]}" test_execution.py \
+  test_views.py test_tensors.py test_autograd.py test_training.py test_errors.py test_bad_inputs.py \
+  test_random.py test_device.py test_launcher.py test_op_memo.py "$@")

@@ -19,6 +19,7 @@
 
 #include "csrc/aten/generator.h"
 #include "csrc/aten/op_memo.h"
+#include "csrc/exec/launcher.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
 
@@ -143,8 +144,12 @@ c10::Scalar number_of(const c10::IValue& v) { return v.isTensor() ? host_number(
 TpuStorage::Value operand_value(TpuStorage& s, int device) {
   TpuStorage::Value v = s.raw_value();
   if (v.deferred) {
+    // A value of the thread's fused graph stays there, and one the launcher
+    // makes is taken as it is by strict eager's next program (queued after
+    // it); anything else is run first.
     exec::Executor& ex = current_executor();
-    const bool stays = ex.fused() && v.deferred->pending_in(&ex.graph(device));
+    const bool stays = ex.fused() ? v.deferred->pending_in(&ex.graph(device))
+                                  : v.deferred->launched() && !ex.waits() && exec::Launcher::enabled();
     if (!stays) v = s.value();  // runs the graph it waits in
   }
   return v;
@@ -288,35 +293,73 @@ const ProgramPlan::Variant& ProgramPlan::variant(const std::vector<bool>& mask) 
   return variants_.back();
 }
 
+namespace {
+
+// Whether the old value `a` of a written storage can be donated: nothing
+// but the storage and this call holds it.
+bool donatable(const exec::ProgramArg& a) {
+  if (a.buffer) return a.buffer.use_count() <= 2 && a.buffer->donatable();
+  return a.deferred && a.deferred->launched() && a.deferred.use_count() <= 2 && a.deferred->sole_holder_of_buffer();
+}
+
+// Which of `plan`'s donations to make: those of old values nothing else can
+// still read. Decided as if every program queued on the launcher had
+// started and let go of its arguments (as when programs start on the
+// calling thread), so that the program, and so the executable cache, never
+// depends on how far behind the launcher is. (Fused eager donates when the
+// whole graph runs instead.)
+std::vector<bool> donation_mask(const ProgramPlan& plan, const std::vector<exec::ProgramArg>& args) {
+  std::vector<bool> mask(plan.donations.size());
+  bool doubt = false;
+  for (size_t k = 0; k < mask.size(); ++k) {
+    mask[k] = donatable(args[plan.donations[k].first]);
+    doubt = doubt || !mask[k];
+  }
+  if (doubt && exec::Launcher::busy()) {  // its references may be what holds a value
+    exec::Launcher::drain();
+    for (size_t k = 0; k < mask.size(); ++k) mask[k] = donatable(args[plan.donations[k].first]);
+  }
+  return mask;
+}
+
+}  // namespace
+
 std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, BoundProgram& bound, int device) {
   const ProgramPlan& plan = *kept;
   auto& rt = exec::Runtime::get();
   exec::Executor& ex = current_executor();
+  // A result that is a value still to be computed (fused eager), or still
+  // to be started (the launcher thread).
+  auto deferred_tensor = [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes,
+                             const std::vector<int64_t>& strides, const exec::Checks& checks) {
+    return tensor_from_deferred(d, sizes, to_aten(t.dtype), device, strides, checks);
+  };
   if (ex.fused()) {
     exec::DeferredGraph& graph = ex.graph(device);
     std::vector<exec::DeferredPtr> outs = graph.record(plan.function, bound.args);
     bound.args.clear();  // the graph holds what it needs
     return deliver(
-        plan, bound, outs,
-        [&](const exec::DeferredPtr& d, const Type& t, const hlo::Dims& sizes, const std::vector<int64_t>& strides,
-            const exec::Checks& checks) { return tensor_from_deferred(d, sizes, to_aten(t.dtype), device, strides, checks); },
+        plan, bound, outs, deferred_tensor,
         [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&, const exec::Checks& checks) {
           if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
           s.set_deferred(d, checks);
         },
         [&](const exec::DeferredPtr& d, const std::string& message) { return graph.add_check(d, message); });
   }
-  // Donate an old storage value when nothing else can still read it: the
-  // storage and this call are its only owners. (Fused eager donates when
-  // the whole graph runs instead.)
-  std::vector<bool> mask(plan.donations.size());
-  for (size_t k = 0; k < mask.size(); ++k) {
-    const pjrt::BufferPtr& old = bound.args[plan.donations[k].first].buffer;
-    mask[k] = old && old.use_count() <= 2 && old->donatable();
-  }
-  const ProgramPlan::Variant& program = plan.variant(mask);
-  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(bound.args);
+  const ProgramPlan::Variant& program = plan.variant(donation_mask(plan, bound.args));
   const bool wait = ex.waits();
+  if (!wait && exec::Launcher::enabled() && !exec::Launcher::get().start_here()) {
+    // Started by the launcher thread (launcher.h); the results are its values.
+    pjrt::ExecutablePtr exe = rt.cache().get_or_compile(program.key, [&] { return program.text; }, rt.compile_options());
+    rt.count_execution();
+    std::vector<exec::DeferredPtr> outs =
+        exec::Launcher::get().launch(rt, plan.function, std::move(exe), std::move(bound.args), device);
+    return deliver(
+        plan, bound, outs, deferred_tensor,
+        [](TpuStorage& s, const exec::DeferredPtr& d, const Type&, const exec::Checks& checks) { s.set_deferred(d, checks); },
+        [&](const exec::DeferredPtr& d, const std::string& message) { return rt.add_check(device, d, message); });
+  }
+  std::vector<pjrt::c::PJRT_Buffer*> raw = raw_args(bound.args);
   std::vector<pjrt::BufferPtr> outs = rt.run(program.key, [&] { return program.text; }, raw, device, wait);
   return deliver(
       plan, bound, outs,

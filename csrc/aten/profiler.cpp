@@ -32,6 +32,7 @@
 
 #include "csrc/aten/executor_scope.h"
 #include "csrc/aten/storage.h"
+#include "csrc/exec/launcher.h"
 #include "csrc/exec/runtime.h"
 
 namespace tpu {
@@ -83,12 +84,18 @@ class Session : public libkineto::IActivityProfilerSession {
       std::lock_guard<std::mutex> lock(g_recorder.mu);
       g_recorder.spans.clear();
     }
+    // Programs start on the op's own thread while recording (the span links
+    // to the op in progress there), not on the launcher thread.
+    if (!holding_launches_) exec::Launcher::hold_inline(true);
+    holding_launches_ = true;
     g_recording = true;
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
     g_recording = false;
+    if (holding_launches_) exec::Launcher::hold_inline(false);
+    holding_launches_ = false;
     {
       std::lock_guard<std::mutex> lock(g_recorder.mu);
       spans_.swap(g_recorder.spans);
@@ -154,6 +161,7 @@ class Session : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  bool holding_launches_ = false;
   std::vector<std::shared_ptr<Span>> spans_;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };

@@ -13,6 +13,7 @@
 #include "csrc/aten/op_memo.h"
 #include "csrc/aten/storage.h"
 #include "csrc/aten/tensor_ops.h"
+#include "csrc/exec/launcher.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
 
@@ -97,6 +98,18 @@ std::vector<int64_t> op_memo_counts() {
   return {s.built, s.reused, s.plans};
 }
 void set_op_memo_enabled(bool enabled) { set_op_memo(enabled); }
+
+// Start strict eager's programs on the calling thread (on), or on the
+// launcher thread again (off): benchmarks compare the two in one run.
+void hold_inline_launches(bool on) { exec::Launcher::hold_inline(on); }
+
+std::string set_async_launch(const std::string& mode) {
+  try {
+    return exec::Launcher::set_mode(mode);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
 
 exec::ExecutionMode parse_mode(const std::string& mode) {
   TORCH_CHECK(mode == "debug" || mode == "strict" || mode == "fused", "tpu: unknown execution mode '", mode,
@@ -270,6 +283,8 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("host_reads() -> int", &host_reads);
   m.def("op_memo_counts() -> int[]", &op_memo_counts);
   m.def("set_op_memo(bool enabled) -> ()", &set_op_memo_enabled);
+  m.def("_hold_inline_launches(bool on) -> ()", &hold_inline_launches);
+  m.def("_set_async_launch(str mode) -> str", &set_async_launch);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
   m.def("_enter_execution_mode(str mode) -> ()", &enter_execution_mode);

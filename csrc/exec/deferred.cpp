@@ -9,6 +9,7 @@
 
 #include "csrc/exec/device_check.h"
 #include "csrc/exec/executable_cache.h"
+#include "csrc/exec/launcher.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/hlo/module.h"
 
@@ -27,12 +28,18 @@ void append_type(std::string& out, const hlo::Type& t) { t.append_to(out); }
 pjrt::BufferPtr DeferredValue::resolve() {
   if (forward_) return forward_->resolve();
   if (DeferredGraph* g = graph_) g->flush();
+  if (launch_ != 0 && !started_.load(std::memory_order_acquire)) Launcher::get().wait_for(launch_);
   if (!error_.empty()) throw std::runtime_error(error_);
   if (!buffer_) throw std::logic_error("torch_tpu internal error: a deferred value was never computed");
   return buffer_;
 }
 
 bool DeferredValue::pending_in(const DeferredGraph* graph) const { return graph_ == graph; }
+
+bool DeferredValue::sole_holder_of_buffer() const {
+  if (launch_ == 0 || !started_.load(std::memory_order_acquire)) return launch_ != 0;
+  return error_.empty() && buffer_ && buffer_.use_count() == 1 && buffer_->donatable();
+}
 
 size_t DeferredGraph::max_programs() {
   static const size_t n = [] {
@@ -232,6 +239,9 @@ std::string DeferredGraph::structure_key(const Recording& r, const std::vector<D
 void DeferredGraph::flush_locked() {
   if (rec_.calls.empty()) return;
   if (capture_) ran_ = true;
+  // The donations below count holders as if every program queued on the
+  // launcher had started (and let go of its arguments): make it so.
+  Launcher::drain();
   // Take the graph; recording starts afresh even if running it fails.
   Recording r;
   std::swap(r, rec_);
@@ -559,6 +569,7 @@ std::vector<DeviceCheck*> open_checks(const Checks& checks) {
 }  // namespace
 
 void read_verified(const pjrt::Buffer::Read& value, const Checks& checks) {
+  Launcher::host_waits();
   DeviceCheck::read_all(open_checks(checks), {value});
   verify_checks(checks);
 }

@@ -12,6 +12,7 @@
 // training loop compiles its step once and then hits the executable cache.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,12 +50,19 @@ class DeferredValue {
   // Whether the value is still waiting in `graph` (in any graph).
   bool pending_in(const DeferredGraph* graph) const;
   bool pending() const { return graph_ != nullptr; }
+  // A result of a program queued on the launcher thread (strict eager,
+  // launcher.h); resolve() waits until the thread has started it.
+  bool launched() const { return launch_ != 0; }
+  // For donation: whether nothing but this value holds its buffer (true
+  // while its program has not started: nothing can hold it yet).
+  bool sole_holder_of_buffer() const;
   // A captured value (DeferredGraph::take_function) is computed by `to`:
   // whoever still holds it reads that.
   void forward_to(std::shared_ptr<DeferredValue> to) { forward_ = std::move(to); }
 
  private:
   friend class DeferredGraph;
+  friend class Launcher;
   DeferredValue(DeferredGraph* graph, FunctionPtr fn, int call, int result)
       : graph_(graph), fn_(std::move(fn)), call_(call), result_(result) {}
   DeferredGraph* graph_;  // null once resolved or failed
@@ -63,6 +71,8 @@ class DeferredValue {
   pjrt::BufferPtr buffer_;
   std::string error_;
   std::shared_ptr<DeferredValue> forward_;
+  uint64_t launch_ = 0;              // its program's number on the launcher (0: none)
+  std::atomic<bool> started_{false};  // the launcher set buffer_ or error_ (release)
 };
 using DeferredPtr = std::shared_ptr<DeferredValue>;
 

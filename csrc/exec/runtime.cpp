@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "csrc/exec/launcher.h"
 #include "csrc/hlo/builder.h"
 #include "csrc/pjrt/compile_options.h"
 
@@ -146,15 +147,19 @@ std::vector<pjrt::BufferPtr> Runtime::run(const std::string& key, const std::fun
                                           const std::vector<pjrt::c::PJRT_Buffer*>& args,
                                           int device_index, bool wait) {
   pjrt::ExecutablePtr exe = cache_->get_or_compile(key, program, compile_options_);
-  const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
   ++executions_;
+  return start(exe, args, device_index, wait, key.compare(0, 6, "fused:") == 0);
+}
+
+std::vector<pjrt::BufferPtr> Runtime::start(const pjrt::ExecutablePtr& exe,
+                                            const std::vector<pjrt::c::PJRT_Buffer*>& args, int device_index,
+                                            bool wait, bool fused) {
+  const pjrt::Device* dev = portable_ ? &device(device_index) : nullptr;
   std::unique_ptr<pjrt::Event> completion;
   std::vector<pjrt::BufferPtr> out = exe->execute(args, dev, &completion);
   if (!completion) return out;
   std::shared_ptr<pjrt::Event> done(std::move(completion));
-  if (ExecutionObserver observe = g_observer.load(std::memory_order_acquire)) {
-    observe(device_index, done, key.compare(0, 6, "fused:") == 0);
-  }
+  if (ExecutionObserver observe = g_observer.load(std::memory_order_acquire)) observe(device_index, done, fused);
   if (wait) {
     done->await_interruptible();
     return out;
@@ -197,6 +202,7 @@ std::vector<std::vector<pjrt::BufferPtr>> Runtime::run_replicated(
 
 void Runtime::synchronize(int device_index) {
   device(device_index);  // validates
+  Launcher::drain();     // (programs still queued have not started)
   std::vector<std::shared_ptr<pjrt::Event>> events;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
@@ -222,6 +228,7 @@ void Runtime::synchronize(int device_index) {
 
 std::shared_ptr<pjrt::Event> Runtime::last_event(int device_index) {
   device(device_index);  // validates
+  Launcher::drain();
   std::lock_guard<std::mutex> lock(pending_mu_);
   const auto& list = pending_[device_index];
   return list.empty() ? nullptr : list.back();
@@ -231,6 +238,13 @@ CheckPtr Runtime::add_check(int device_index, pjrt::BufferPtr ok, std::string me
   auto check = std::make_shared<DeviceCheck>(std::move(message), !verify_now);
   check->set_result(std::move(ok));
   if (!verify_now) track_check(device_index, check);
+  return check;
+}
+
+CheckPtr Runtime::add_check(int device_index, DeferredPtr ok, std::string message) {
+  auto check = std::make_shared<DeviceCheck>(std::move(message), true);
+  check->set_result(std::move(ok));
+  track_check(device_index, check);
   return check;
 }
 

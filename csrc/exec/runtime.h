@@ -56,6 +56,15 @@ class Runtime {
   std::vector<pjrt::BufferPtr> run(const std::string& key, const std::function<std::string()>& program,
                                    const std::vector<pjrt::c::PJRT_Buffer*>& args, int device, bool wait = false);
 
+  // Start `exe` on device `index` on this thread (the two run()s above, and
+  // the launcher thread): tells the execution observer, and tracks its
+  // completion for synchronize (or waits for it: `wait`). `fused`: it is a
+  // fused graph. (Not counted in executions(): the caller counts it.)
+  std::vector<pjrt::BufferPtr> start(const pjrt::ExecutablePtr& exe, const std::vector<pjrt::c::PJRT_Buffer*>& args,
+                                     int device, bool wait, bool fused);
+  // Counts a program started (or queued to start) for executions().
+  void count_execution() { ++executions_; }
+
   // Run `program`, a module of `args.size()` replicas (mhlo.num_replicas),
   // as one execution across devices 0..n-1: replica r on device r with
   // args[r]. Returns each replica's outputs.
@@ -78,6 +87,8 @@ class Runtime {
   // synchronize; with `verify_now` (debug eager) the caller verifies it
   // once it stored what the op wrote.
   CheckPtr add_check(int device, pjrt::BufferPtr ok, std::string message, bool verify_now = false);
+  // The same for a pred that a queued program computes (launcher.h).
+  CheckPtr add_check(int device, DeferredPtr ok, std::string message);
   // Tracks `check` (of a fused graph that ran) for synchronize.
   void track_check(int device, CheckPtr check);
   // Throws CheckFailure for the first failed check of `device` not reported

@@ -100,6 +100,7 @@ MODE_POLICY = {
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
+    "test_launcher.py":    ("none", "none"),  # strict eager's launcher: its tests choose strict
     "test_serving.py":     ("all", "none"),   # the engine runs in a strict scope of its own
     "test_linalg.py":      (8, 8),            # one loop program per op
     "test_ops.py":         (3, 6),
