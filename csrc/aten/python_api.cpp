@@ -103,6 +103,13 @@ void set_op_memo_enabled(bool enabled) { set_op_memo(enabled); }
 // launcher thread again (off): benchmarks compare the two in one run.
 void hold_inline_launches(bool on) { exec::Launcher::hold_inline(on); }
 
+// Tests: the launcher thread's next program fails to start, out of memory
+// (RESOURCE_EXHAUSTED) or with an internal error.
+void fail_next_launch(bool out_of_memory, const std::string& message) {
+  exec::Launcher::fail_next_start(
+      out_of_memory ? pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED : pjrt::c::PJRT_Error_Code_INTERNAL, message);
+}
+
 std::string set_async_launch(const std::string& mode) {
   try {
     return exec::Launcher::set_mode(mode);
@@ -285,6 +292,7 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("set_op_memo(bool enabled) -> ()", &set_op_memo_enabled);
   m.def("_hold_inline_launches(bool on) -> ()", &hold_inline_launches);
   m.def("_set_async_launch(str mode) -> str", &set_async_launch);
+  m.def("_fail_next_launch(bool out_of_memory, str message) -> ()", &fail_next_launch);
   m.def("set_execution_mode(str mode) -> ()", &set_execution_mode);
   m.def("execution_mode() -> str", &execution_mode);
   m.def("_enter_execution_mode(str mode) -> ()", &enter_execution_mode);

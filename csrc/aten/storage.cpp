@@ -335,7 +335,15 @@ TpuStorage::Value TpuStorage::raw_value() const {
 TpuStorage::Value TpuStorage::value() const {
   Value v = raw_value();
   if (!v.deferred) return v;
-  v.buffer = v.deferred->resolve();  // runs the fused graph (outside our lock)
+  try {
+    v.buffer = v.deferred->resolve();  // runs the fused graph (outside our lock)
+  } catch (const pjrt::Error& err) {
+    // A program that could not start for want of device memory (started
+    // by the launcher thread, so it is raised here): as at the op itself.
+    TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
+                     "tpu: out of device memory: ", err.what());
+    throw;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (value_.deferred == v.deferred) {  // not overwritten meanwhile: keep the buffer
     value_.buffer = v.buffer;

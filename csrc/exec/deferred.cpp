@@ -29,6 +29,7 @@ pjrt::BufferPtr DeferredValue::resolve() {
   if (forward_) return forward_->resolve();
   if (DeferredGraph* g = graph_) g->flush();
   if (launch_ != 0 && !started_.load(std::memory_order_acquire)) Launcher::get().wait_for(launch_);
+  if (failure_) std::rethrow_exception(failure_);  // (as the plugin raised it: out of memory stays that)
   if (!error_.empty()) throw std::runtime_error(error_);
   if (!buffer_) throw std::logic_error("torch_tpu internal error: a deferred value was never computed");
   return buffer_;
@@ -38,7 +39,7 @@ bool DeferredValue::pending_in(const DeferredGraph* graph) const { return graph_
 
 bool DeferredValue::sole_holder_of_buffer() const {
   if (launch_ == 0 || !started_.load(std::memory_order_acquire)) return launch_ != 0;
-  return error_.empty() && buffer_ && buffer_.use_count() == 1 && buffer_->donatable();
+  return !failure_ && buffer_ && buffer_.use_count() == 1 && buffer_->donatable();
 }
 
 size_t DeferredGraph::max_programs() {

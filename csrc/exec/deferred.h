@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,7 @@ class DeferredValue {
   pjrt::BufferPtr buffer_;
   std::string error_;
   std::shared_ptr<DeferredValue> forward_;
+  std::exception_ptr failure_;       // why its program could not start (launcher), as thrown
   uint64_t launch_ = 0;              // its program's number on the launcher (0: none)
   std::atomic<bool> started_{false};  // the launcher set buffer_ or error_ (release)
 };

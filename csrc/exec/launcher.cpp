@@ -16,6 +16,10 @@ std::atomic<Launcher*> g_launcher{nullptr};
 std::atomic<int> g_inline_holds{0};
 std::atomic<bool> g_stopped{false};  // the process is exiting
 
+// fail_next_start's failure, taken by the next program the thread starts.
+std::mutex g_fail_mu;
+std::exception_ptr g_fail_next;
+
 // TORCH_TPU_ASYNC_LAUNCH: 0 (start on the calling thread), 1 (the default),
 // or "always" (never start_here: what tests of the launcher run under).
 int async_from_environment() {
@@ -75,6 +79,12 @@ Launcher& Launcher::get() {
 bool Launcher::enabled() {
   return g_async_mode.load(std::memory_order_relaxed) != 0 && g_inline_holds.load(std::memory_order_relaxed) == 0 &&
          !pjrt::in_forked_child() && !g_stopped.load(std::memory_order_relaxed);
+}
+
+void Launcher::fail_next_start(int code, std::string message) {
+  std::lock_guard<std::mutex> lock(g_fail_mu);
+  g_fail_next = std::make_exception_ptr(
+      pjrt::Error("PJRT_LoadedExecutable_Execute", static_cast<pjrt::c::PJRT_Error_Code>(code), message));
 }
 
 void Launcher::hold_inline(bool on) { g_inline_holds.fetch_add(on ? 1 : -1); }
@@ -201,36 +211,41 @@ void Launcher::start_until(uint64_t seq) {
 void Launcher::start(Item& item) {
   std::vector<pjrt::c::PJRT_Buffer*> raw;
   raw.reserve(item.args.size());
-  std::string error;
+  std::exception_ptr failure;
   for (const ProgramArg& a : item.args) {
     if (a.buffer) {
       raw.push_back(a.buffer->raw());
       continue;
     }
     // A result of a program queued earlier: started by now (this thread,
-    // in order), so its buffer or error is set.
+    // in order), so its buffer or its failure is set. A failed argument
+    // fails this program's results the same way.
     const DeferredValue& d = *a.deferred;
-    if (!d.error_.empty()) {
-      error = d.error_;
+    if (d.failure_) {
+      failure = d.failure_;
       break;
     }
     raw.push_back(d.buffer_->raw());
   }
+  if (!failure) {
+    std::lock_guard<std::mutex> lock(g_fail_mu);
+    std::swap(failure, g_fail_next);
+  }
   std::vector<pjrt::BufferPtr> outs;
-  if (error.empty()) {
+  if (!failure) {
     try {
       outs = item.runtime->start(item.exe, raw, item.device, false, false);
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (...) {
+      failure = std::current_exception();  // raised by whoever reads the results
     }
   }
   for (size_t r = 0; r < item.results.size(); ++r) {
     DeferredPtr v = item.results[r].lock();
     if (!v) continue;  // nothing holds it: its buffer goes now
-    if (error.empty()) {
-      v->buffer_ = std::move(outs.at(r));
+    if (failure) {
+      v->failure_ = failure;
     } else {
-      v->error_ = error;
+      v->buffer_ = std::move(outs.at(r));
     }
     v->started_.store(true, std::memory_order_release);
   }

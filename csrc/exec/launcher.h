@@ -67,6 +67,10 @@ class Launcher {
   // starts it (with the error, if starting it failed).
   std::vector<DeferredPtr> launch(Runtime& runtime, const FunctionPtr& fn, pjrt::ExecutablePtr exe,
                                   std::vector<ProgramArg> args, int device);
+  // Tests: the next program the thread starts fails as if the plugin had
+  // refused it with `code` (a PJRT_Error_Code) and `message`.
+  static void fail_next_start(int code, std::string message);
+
   // Waits until the program numbered `seq` has been started.
   void wait_for(uint64_t seq);
   // Whether the caller should start its program itself, at once: nothing

@@ -219,3 +219,31 @@ def test_a_process_exits_with_programs_still_queued():
 def test_unknown_launch_mode_is_a_value_error():
     with pytest.raises(ValueError, match="unknown launch mode 'sometimes'"):
         set_launch("sometimes")
+
+
+def test_a_program_that_cannot_start_fails_its_values_with_the_plugins_error(launch_mode):
+    """A program the thread cannot start (the plugin out of device memory):
+    reads of its results, and of what was computed from them, raise
+    torch.OutOfMemoryError, as the op would have raised on the calling
+    thread; other tensors, and the device, go on. Another failure keeps the
+    plugin's message."""
+    launch_mode("always")
+    x = torch.arange(6.0, device="tpu")
+    before = x * 2
+    torch.tpu.synchronize()  # (so that the failure is the next program's)
+    torch.ops.torch_tpu._fail_next_launch(True, "cannot allocate 96 bytes")
+    y = x + 1  # its program fails to start
+    z = y * 3  # computed from it
+    after = x - 1
+    for t in (y, z):
+        with pytest.raises(torch.OutOfMemoryError, match="out of device memory.*cannot allocate 96 bytes"):
+            t.cpu()
+    assert before.cpu().tolist() == [0, 2, 4, 6, 8, 10]
+    assert after.cpu().tolist() == [-1, 0, 1, 2, 3, 4]
+    torch.tpu.synchronize()
+    torch.ops.torch_tpu._fail_next_launch(False, "the plugin refused")
+    v = x + 5
+    with pytest.raises(RuntimeError, match="the plugin refused"):
+        v.cpu()
+    assert (x + 5).cpu().tolist() == [5, 6, 7, 8, 9, 10]
+    torch.tpu.synchronize()
