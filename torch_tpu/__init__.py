@@ -74,7 +74,7 @@ _kernels.register()
 _kernels.register_missing_meta()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _ctc, _factories, _fastpath, _quant, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _factories, _fastpath, _flex_attention, _quant, compiler, distributed  # noqa: E402
 
 _ctc.register()
 _factories.register()
@@ -82,6 +82,7 @@ _fastpath.register()
 _quant.register()
 compiler.register()
 _accelerate.install()
+_flex_attention.install()
 distributed.register()
 # Ctrl-C while the host waits for the device raises KeyboardInterrupt at
 # once, from the op that waited (the hook needs Python: it lives in the

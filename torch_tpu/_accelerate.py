@@ -13,13 +13,9 @@ every device accelerate knows are left as they are.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
-
 import torch
 
-_MODULE = "accelerate.state"
+from ._after_import import after_import
 
 
 def _patch(module) -> None:
@@ -40,27 +36,5 @@ def _patch(module) -> None:
     cls.default_device = property(default_device, doc=original.__doc__)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches accelerate.state right after it executes."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _patch(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def install() -> None:
-    if _MODULE in sys.modules:
-        _patch(sys.modules[_MODULE])
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    after_import("accelerate.state", _patch)

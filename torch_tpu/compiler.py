@@ -630,7 +630,69 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from torch._functorch.aot_autograd import make_boxed_func
 
     _count("graphs")
-    return make_boxed_func(_Graph(gm))
+    return make_boxed_func(_Graph(_inline_dense_hops(gm, example_inputs)))
+
+
+@functools.lru_cache(maxsize=1)
+def _dense_hops() -> tuple:
+    """Higher-order ops that Inductor lowers to kernels of its own and that
+    reach this backend whole, with a dense implementation in ATen ops."""
+    from torch._higher_order_ops.flex_attention import flex_attention, flex_attention_backward
+
+    return (flex_attention, flex_attention_backward)
+
+
+def _inline_dense_hops(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+    """The graph with FlexAttention's higher-order ops (forward and backward)
+    traced into the ATen ops of their dense implementation.
+
+    Run as they are, those ops execute Python (vmapped score and mask
+    functions) that uploads constants (``torch.tensor(-inf)``) on every
+    call, so the graph could never be replayed: each call dispatched every
+    op again, and the first two calls compiled two different programs.
+    Traced here, the constants are the graph's own and it replays like any
+    other. A graph that cannot be traced this way is left as it is (it runs
+    its ops each call, as before)."""
+    hops = _dense_hops()
+    if not any(n.op == "call_function" and n.target in hops for n in gm.graph.nodes):
+        return gm
+    import contextlib
+
+    from torch._C import DispatchKey
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    class Inline(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op != "call_function" or n.target not in hops:
+                return super().run_node(n)
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            dense = n.target.py_kernels[DispatchKey.CompositeExplicitAutograd]
+            if n.target is hops[1]:
+                # The dense backward computes a captured buffer's gradient
+                # only for buffers that require grad, which a backward
+                # graph's inputs never do: the traced op says which have one.
+                wanted = [g is not None for g in n.meta["val"][3]]
+                buffers = list(args[12])
+                for i, (b, w) in enumerate(zip(buffers, wanted)):
+                    if w and isinstance(b, torch.Tensor) and not b.requires_grad:
+                        buffers[i] = b.detach().requires_grad_()
+                args = (*args[:12], tuple(buffers), *args[13:])
+                with torch.enable_grad():
+                    return dense(*args, **kwargs)
+            return dense(*args, **kwargs)
+
+    fake = detect_fake_mode(example_inputs)
+    try:
+        with enable_python_dispatcher(), torch.fx.traceback.preserve_node_meta(), \
+                fake if fake is not None else contextlib.nullcontext():
+            traced = make_fx(lambda *a: Inline(gm).run(*a), decomposition_table=_decompositions(),
+                             tracing_mode="real" if fake is not None else "fake")(*example_inputs)
+    except Exception as e:  # noqa: BLE001 (the graph still runs, op by op)
+        _log.debug("torch.compile on tpu: a higher-order op stays whole (its graph is not replayed): %s", e)
+        return gm
+    return traced
 
 
 class _execution_scope:
