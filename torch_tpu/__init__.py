@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import sys
 
 # Quiet the XLA plugin's informational logging unless the user asked for it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -56,6 +57,10 @@ torch.utils.rename_privateuse1_backend("tpu")
 from . import tpu as _tpu_module  # noqa: E402
 
 torch._register_device_module("tpu", _tpu_module)
+from . import _tpu_amp  # noqa: E402
+
+_tpu_module.amp = _tpu_amp
+sys.modules["torch.tpu.amp"] = _tpu_amp
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )

@@ -5,6 +5,7 @@ weights and data and compares the results; the end-to-end parity runs are in
 test_parity.py.
 """
 
+import contextlib
 import copy
 import io
 import math
@@ -395,6 +396,58 @@ def test_grad_scaler_unscales_and_skips_non_finite_steps():
         scaler.step(opt)
         scaler.update()
     assert scaler.get_scale() == 1024.0
+
+
+def test_device_amp_spellings_from_cuda_code():
+    """torch.tpu.amp.autocast / GradScaler / custom_fwd / custom_bwd, as
+    code written for torch.cuda.amp uses them once "cuda" becomes "tpu":
+    deprecated aliases of torch.amp with the device filled in (a
+    FutureWarning, as CUDA's say), training like the torch.amp spelling."""
+    from torch.tpu.amp import GradScaler, autocast, custom_bwd, custom_fwd
+
+    assert torch.tpu.amp.autocast is autocast
+    torch.manual_seed(0)
+    models = [nn.Linear(4, 2).to("tpu") for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    x = torch.randn(3, 4, device="tpu")
+    with pytest.warns(FutureWarning, match=r"torch\.tpu\.amp\.GradScaler.*torch\.amp\.GradScaler\('tpu'"):
+        old = GradScaler(init_scale=256.0, growth_interval=1)
+    new = torch.amp.GradScaler("tpu", init_scale=256.0, growth_interval=1)
+    for model, scaler, ctx in ((models[0], old, autocast), (models[1], new, lambda: torch.autocast("tpu"))):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            with pytest.warns(FutureWarning) if ctx is autocast else contextlib.nullcontext():
+                cm = ctx()
+            with cm:
+                out = model(x)
+                assert out.dtype == torch.bfloat16 and torch.is_autocast_enabled("tpu")
+                loss = out.float().pow(2).mean()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    assert old.get_scale() == new.get_scale() == 1024.0
+    torch.testing.assert_close(models[0].weight.cpu(), models[1].weight.cpu(), rtol=0, atol=0)
+    with pytest.warns(FutureWarning):
+        with autocast(dtype=torch.float16):
+            assert (x @ x.T).dtype == torch.float16
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        @custom_fwd(cast_inputs=torch.float32)
+        def forward(ctx, a):
+            assert a.dtype == torch.float32 and not torch.is_autocast_enabled("tpu")
+            return a * 2
+
+        @staticmethod
+        @custom_bwd
+        def backward(ctx, g):
+            return g * 2
+
+    a = torch.ones(2, device="tpu", dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("tpu"):
+        Scale.apply(a).sum().backward()
+    assert_same(a.grad, torch.full((2,), 2.0, dtype=torch.bfloat16))
 
 
 def test_grad_scaler_ops_match_cpu():
