@@ -64,6 +64,10 @@ def test_fsdp2_dtensor_and_checkpoint_reloaded_by_one_process():
             assert torch.equal(model.state_dict()[k].cpu(), v), k
 
 
+def test_fsdp2_with_compiled_flex_attention_blocks_equals_single_process():
+    w.launch(w.fsdp2_compiled_flex_blocks, 2)
+
+
 def test_skipped_collective_times_out_naming_it():
     w.launch(w.skipped_collective, 2, timeout=90)
 
