@@ -779,10 +779,18 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> C
 # ---- registration ----------------------------------------------------------------------
 
 
-def _on_tpu(example_inputs) -> bool:
+def _on_tpu(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether the graph computes on the tpu device: an input is a tpu
+    tensor, or (a graph with no tensor input, such as
+    ``create_block_mask(..., device="tpu")``) a value it makes is."""
     for x in example_inputs:
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":
             return True
+    for n in gm.graph.nodes:
+        v = n.meta.get("example_value", n.meta.get("val"))
+        for t in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+                return True
     return False
 
 
@@ -810,7 +818,7 @@ def _route_default_backend() -> None:
 
     @functools.wraps(inductor_call)
     def __call__(self, model_, inputs_, *args, **kwargs):
-        if _on_tpu(inputs_):
+        if _on_tpu(model_, inputs_):
             return backend(model_, inputs_, options=self.config)
         return inductor_call(self, model_, inputs_, *args, **kwargs)
 

@@ -216,6 +216,49 @@ def test_cpu_graphs_still_go_to_inductor():
     assert _graphs() == 1
 
 
+@pytest.mark.parametrize("case", ["factory_only", "cpu_input_moved_in", "no_input"])
+def test_graphs_that_make_their_tpu_tensors_inside_go_to_the_tpu_backend(case):
+    """The default backend routes by where the graph computes, not only by
+    its inputs: a graph whose tpu tensors are all made inside it (a factory
+    with device="tpu", a CPU batch moved to tpu inside the compiled step, as
+    torch.compile(create_block_mask) does) reaches the tpu backend, not
+    Inductor's own tpu device."""
+    def factory_only(n):
+        return torch.arange(n, device="tpu").float().softmax(0)
+
+    def cpu_input_moved_in(x):
+        return ((x * 2).to("tpu") + 1).relu().sum(0)
+
+    def no_input():
+        return torch.ones(3, 2, device="tpu").cumsum(0) * 2
+
+    fn, args = {"factory_only": (factory_only, (6,)),
+                "cpu_input_moved_in": (cpu_input_moved_in, (torch.randn(4, 3),)),
+                "no_input": (no_input, ())}[case]
+    want = fn(*args)
+    got = torch.compile(fn)(*args)
+    assert_same(got, want.cpu())
+    assert _graphs() == 1
+
+
+def test_compiled_create_block_mask_on_tpu():
+    from torch.nn.attention.flex_attention import and_masks, create_block_mask
+
+    def causal(b, h, q, k):
+        return q >= k
+
+    def window(b, h, q, k):
+        return q - k < 16
+
+    mask = and_masks(causal, window)
+    want = create_block_mask(mask, 2, 1, 128, 128, device="cpu", BLOCK_SIZE=32)
+    for got in (create_block_mask(mask, 2, 1, 128, 128, device="tpu", BLOCK_SIZE=32, _compile=True),
+                torch.compile(create_block_mask)(mask, 2, 1, 128, 128, device="tpu", BLOCK_SIZE=32)):
+        for a, b in zip(got.as_tuple(), want.as_tuple()):
+            if isinstance(b, torch.Tensor):
+                assert_same(a, b, rtol=0, atol=0)
+
+
 def test_an_op_without_lowering_names_the_op_and_the_source_line():
     """linalg_ldl_factor_ex has no tpu lowering (nor a decomposition): the
     error names the op and the user's line, not an XLA dump, and eager raises
