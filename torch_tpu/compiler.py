@@ -260,6 +260,21 @@ def _on_device(v) -> bool:
     return False
 
 
+# Ops that talk to a process group (functional collectives in graphs of
+# DTensor, tensor parallel and compiled FSDP): their graphs run their ops
+# each call.
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor", "c10d")
+
+
+def _replay_bindable(v) -> bool:
+    """A graph input a replay can bind: a tensor, a number or nothing."""
+    if v is None or isinstance(v, (torch.Tensor, int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_replay_bindable(x) for x in v)
+    return False
+
+
 class _HostPlan:
     """What of an ATen graph runs on the host at a replay: the nodes that
     compute on CPU tensors and numbers (an optimizer's step counts, say),
@@ -284,8 +299,12 @@ class _HostPlan:
                 continue
             if n.op in ("placeholder", "get_attr"):
                 val = n.meta.get("val") if n.op == "placeholder" else getattr(gm, n.target, None)
+                if n.op == "placeholder" and not _replay_bindable(val):
+                    return None  # an object (a DeviceMesh, a process group): nothing a replay binds
                 (device if _on_device(val) else host).add(n)
                 continue
+            if isinstance(n.target, torch._ops.OpOverload) and n.target.namespace in _COLLECTIVE_NAMESPACES:
+                return None  # a replay runs no Python: every call must reach the process group
             if n.target in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
                 return None  # a number made from data would become a constant
             inputs = n.all_input_nodes

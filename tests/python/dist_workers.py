@@ -533,6 +533,42 @@ def fsdp2_compiled_flex_blocks(rank, world, init):
     dist.destroy_process_group()
 
 
+def compiled_collectives(rank, world, init):
+    """Collectives inside compiled graphs: a functional all_reduce (new
+    values each call: a graph that skipped it would return stale sums) and
+    a tensor-parallel MLP whose graphs take the device mesh as an input,
+    both equal to the dense results, call after call."""
+    _init(rank, world, init)
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    @torch.compile(backend="tpu")
+    def reduce_twice_plus_one(x):
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+    for i in range(3):
+        got = reduce_twice_plus_one(torch.full((4,), float(rank + 1 + i), device="tpu"))
+        want = torch.full((4,), 2.0 * sum(r + 1 + i for r in range(world)) + 1)
+        assert torch.equal(got.cpu(), want), (i, got, want)
+
+    mesh = init_device_mesh("tpu", (world,))
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    dense = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    dense.load_state_dict(mlp.state_dict())
+    tp = parallelize_module(mlp.to("tpu"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    compiled = torch.compile(tp, backend="tpu")
+    for i in range(3):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        y = compiled(x.to("tpu"))
+        torch.testing.assert_close(y.cpu(), dense(x), rtol=1e-5, atol=1e-5)
+        y.sum().backward()
+        dense(x).sum().backward()
+    torch.testing.assert_close(tp[0].weight.grad.full_tensor().cpu(), dense[0].weight.grad, rtol=1e-5, atol=1e-5)
+    dist.destroy_process_group()
+
+
 def skipped_collective(rank, world, init):
     """A rank that never joins a collective: the ranks that wait raise a
     timeout error naming the collective, its number and the missing rank."""

@@ -68,6 +68,10 @@ def test_fsdp2_with_compiled_flex_attention_blocks_equals_single_process():
     w.launch(w.fsdp2_compiled_flex_blocks, 2)
 
 
+def test_collectives_inside_compiled_graphs_run_every_call():
+    w.launch(w.compiled_collectives, 2)
+
+
 def test_skipped_collective_times_out_naming_it():
     w.launch(w.skipped_collective, 2, timeout=90)
 
