@@ -138,6 +138,42 @@ def test_accelerate_picks_tpu_whichever_is_imported_first():
         assert r.stdout.split()[-1] == "tpu", r.stdout
 
 
+_DEVICE_MAP_SCRIPT = """
+import tempfile, torch, torch_tpu, transformers
+torch.manual_seed(0)
+cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                               num_attention_heads=4, num_key_value_heads=2)
+ref = transformers.LlamaForCausalLM(cfg).eval()
+path = tempfile.mkdtemp()
+ref.save_pretrained(path)
+ids = torch.randint(0, 64, (2, 8))
+want, want_gen = ref(ids).logits, ref.generate(ids, max_new_tokens=4, do_sample=False)
+for device_map in ("auto", "balanced", "sequential"):
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, device_map=device_map).eval()
+    devices = sorted({str(p.device) for p in model.parameters()})
+    torch.testing.assert_close(model(ids.to(model.device)).logits.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert torch.equal(model.generate(ids.to(model.device), max_new_tokens=4, do_sample=False).cpu(), want_gen)
+    print(device_map, ",".join(devices))
+"""
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_device_map_auto_places_the_model_on_tpu_devices(devices):
+    """from_pretrained(device_map="auto" | "balanced" | "sequential"):
+    accelerate sizes only the accelerators it knows and put every layer on
+    the CPU; with an available tpu the tpu devices are sized (by index, as
+    CUDA's), so the layers go to tpu:0 (and tpu:1 with two devices, hooks
+    moving activations between them), with CPU's logits and generation."""
+    pytest.importorskip("accelerate")
+    from conftest import run_python
+
+    r = run_python(_DEVICE_MAP_SCRIPT, env={"TORCH_TPU_CPU_DEVICES": str(devices)}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    placed = dict(line.split() for line in r.stdout.strip().splitlines()[-3:])
+    both = "tpu:0,tpu:1" if devices == 2 else "tpu:0"
+    assert placed == {"auto": both, "balanced": both, "sequential": "tpu:0"}, placed
+
+
 def _tiny_qwen2():
     torch.manual_seed(0)
     return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
