@@ -238,7 +238,7 @@ std::vector<Value> lower_arange_out(Context& c) {
   if (is_integral(t)) {
     const int64_t s = start.toLong(), e = end.toLong(), st = step.toLong();
     TORCH_CHECK(st != 0, "step must be nonzero");
-    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and lower bound inconsistent with step sign");
     n = t == at::kLong ? (e - s + st - (st > 0 ? 1 : -1)) / st
                        : static_cast<int64_t>(std::ceil((end.toDouble() - start.toDouble()) / step.toDouble()));
     Value i = b.iota(Type{DType::I64, {n}}, 0);
@@ -248,7 +248,7 @@ std::vector<Value> lower_arange_out(Context& c) {
   const double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
   TORCH_CHECK(st != 0, "step must be nonzero");
   TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
-  TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+  TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and lower bound inconsistent with step sign");
   n = static_cast<int64_t>(std::ceil((e - s) / st));
   Value i = b.convert(b.iota(Type{DType::I64, {n}}, 0), DType::F64);
   Value v = b.add(b.broadcast_in_dim(c.args.runtime_scalar(start, DType::F64), {n}, {}),
