@@ -266,6 +266,60 @@ def _on_device(v) -> bool:
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_dtensor", "c10d")
 
 
+@functools.lru_cache(maxsize=1)
+def _rng_state_hops() -> tuple:
+    """The higher-order ops AOTAutograd puts around a random op it will
+    recompute in the backward (activation checkpointing with dropout): the
+    forward saves the generator's state, the backward runs the op again
+    from it."""
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    return (run_and_save_rng_state, run_with_rng_state)
+
+
+def _teach_rng_state_hops(module) -> None:
+    """PyTorch implements the two ops for a fixed list of devices (a table
+    inside their BackendSelect kernels: cuda, cpu, hpu, xpu) and raises for
+    any other. For tpu inputs they save and restore the tpu generator's
+    state, as torch.utils.checkpoint does in eager; every other device keeps
+    PyTorch's kernel. Graphs holding them are never replayed (a replay runs
+    no Python, and would draw fresh random numbers where the recomputation
+    must draw the forward's): they run their ops each call."""
+    from torch._C import DispatchKey
+
+    def tpu_inputs(args, kwargs):
+        return module.get_device(args, kwargs) == "tpu"
+
+    save, run_with = module.run_and_save_rng_state, module.run_with_rng_state
+    for hop, tpu_kernel in ((save, _run_and_save_rng_state), (run_with, _run_with_rng_state)):
+        original = hop.py_kernels.get(DispatchKey.BackendSelect)
+        if original is None or getattr(original, "_torch_tpu", False):
+            continue
+
+        def kernel(*args, _original=original, _tpu=tpu_kernel, _first_tensor_arg=(hop is run_with), **kwargs):
+            rest = args[2:] if _first_tensor_arg else args[1:]  # (rng_state,) op, *args
+            if tpu_inputs(rest, kwargs):
+                return _tpu(*args, **kwargs)
+            return _original(*args, **kwargs)
+
+        kernel._torch_tpu = True
+        hop.py_kernels[DispatchKey.BackendSelect] = kernel
+        hop._dispatch_cache.clear()
+
+
+def _run_and_save_rng_state(op, *args, **kwargs):
+    return torch.tpu.get_rng_state(), op(*args, **kwargs)
+
+
+def _run_with_rng_state(rng_state, op, *args, **kwargs):
+    current = torch.tpu.get_rng_state()
+    torch.tpu.set_rng_state(rng_state.cpu())
+    try:
+        return op(*args, **kwargs)
+    finally:
+        torch.tpu.set_rng_state(current)
+
+
 def _replay_bindable(v) -> bool:
     """A graph input a replay can bind: a tensor, a number or nothing."""
     if v is None or isinstance(v, (torch.Tensor, int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -305,6 +359,8 @@ class _HostPlan:
                 continue
             if isinstance(n.target, torch._ops.OpOverload) and n.target.namespace in _COLLECTIVE_NAMESPACES:
                 return None  # a replay runs no Python: every call must reach the process group
+            if n.target in _rng_state_hops():
+                return None  # (see _teach_rng_state_hops)
             if n.target in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
                 return None  # a number made from data would become a constant
             inputs = n.all_input_nodes
@@ -890,5 +946,8 @@ def _register_device_interface() -> None:
 
 
 def register() -> None:
+    from ._after_import import after_import
+
     _register_backend()
     _route_default_backend()
+    after_import("torch._prims.rng_prims", _teach_rng_state_hops)

@@ -259,6 +259,38 @@ def test_compiled_create_block_mask_on_tpu():
                 assert_same(a, b, rtol=0, atol=0)
 
 
+def test_compiled_activation_checkpointing_with_dropout_recomputes_the_forwards_mask():
+    """checkpoint() around a block with dropout, compiled: AOTAutograd saves
+    the generator's state in the forward and recomputes the dropout from it
+    in the backward (run_and_save_rng_state / run_with_rng_state, which
+    PyTorch implements only for its own devices). Output and gradients equal
+    the eager block's with the same seed, step after step; a recomputation
+    that drew fresh numbers would give other gradients."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(64, 16)).to("tpu")
+    compiled = torch.compile(lambda t: checkpoint(block, t, use_reentrant=False), backend="tpu")
+
+    def step(fn, x, seed):
+        x = x.clone().requires_grad_()
+        torch.manual_seed(seed)
+        y = fn(x)
+        (y * y).sum().backward()
+        grads = [x.grad.cpu()] + [p.grad.cpu() for p in block.parameters()]
+        block.zero_grad(set_to_none=True)
+        return y.detach().cpu(), grads
+
+    for seed in (1, 2, 3):
+        x = torch.randn(8, 16, device="tpu")
+        want, want_grads = step(block, x, seed)
+        got, got_grads = step(compiled, x, seed)
+        assert torch.equal(got, want)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_an_op_without_lowering_names_the_op_and_the_source_line():
     """linalg_ldl_factor_ex has no tpu lowering (nor a decomposition): the
     error names the op and the user's line, not an XLA dump, and eager raises
