@@ -14,13 +14,13 @@ import importlib.machinery
 import sys
 from typing import Callable
 
-_pending: dict[str, Callable] = {}
+_pending: dict[str, list[Callable]] = {}
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        fn = _pending.pop(name, None)
-        if fn is None:
+        fns = _pending.pop(name, None)
+        if fns is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -29,7 +29,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            fn(module)
+            for fn in fns:
+                fn(module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -39,6 +40,6 @@ def after_import(name: str, fn: Callable) -> None:
     if name in sys.modules:
         fn(sys.modules[name])
         return
-    _pending[name] = fn
+    _pending.setdefault(name, []).append(fn)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

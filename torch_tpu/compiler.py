@@ -287,24 +287,26 @@ def _teach_rng_state_hops(module) -> None:
     must draw the forward's): they run their ops each call."""
     from torch._C import DispatchKey
 
-    def tpu_inputs(args, kwargs):
-        return module.get_device(args, kwargs) == "tpu"
-
-    save, run_with = module.run_and_save_rng_state, module.run_with_rng_state
-    for hop, tpu_kernel in ((save, _run_and_save_rng_state), (run_with, _run_with_rng_state)):
+    # (hop, its tpu kernel, how many arguments precede the op's own)
+    for hop, tpu_kernel, lead in ((module.run_and_save_rng_state, _run_and_save_rng_state, 1),
+                                  (module.run_with_rng_state, _run_with_rng_state, 2)):
         original = hop.py_kernels.get(DispatchKey.BackendSelect)
         if original is None or getattr(original, "_torch_tpu", False):
             continue
-
-        def kernel(*args, _original=original, _tpu=tpu_kernel, _first_tensor_arg=(hop is run_with), **kwargs):
-            rest = args[2:] if _first_tensor_arg else args[1:]  # (rng_state,) op, *args
-            if tpu_inputs(rest, kwargs):
-                return _tpu(*args, **kwargs)
-            return _original(*args, **kwargs)
-
-        kernel._torch_tpu = True
-        hop.py_kernels[DispatchKey.BackendSelect] = kernel
+        hop.py_kernels[DispatchKey.BackendSelect] = _tpu_or(original, tpu_kernel, lead, module.get_device)
         hop._dispatch_cache.clear()
+
+
+def _tpu_or(original, tpu_kernel, lead, get_device):
+    """A kernel that runs ``tpu_kernel`` when the op's tensors are on tpu
+    and ``original`` otherwise."""
+    def kernel(*args, **kwargs):
+        if get_device(args[lead:], kwargs) == "tpu":
+            return tpu_kernel(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    kernel._torch_tpu = True
+    return kernel
 
 
 def _run_and_save_rng_state(op, *args, **kwargs):
