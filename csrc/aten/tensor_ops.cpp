@@ -10,6 +10,7 @@
 #include <ATen/ops/result_type.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
+#include <c10/util/strides.h>
 
 #include "csrc/aten/eager.h"
 #include "csrc/aten/op_memo.h"
@@ -182,8 +183,13 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
 }
 
 at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t storage_offset,
-                        c10::IntArrayRef size, c10::IntArrayRef stride) {
-  at::native::checkSetStorage(self, source, storage_offset, size, stride);
+                        c10::IntArrayRef size, c10::IntArrayRef stride_arg) {
+  at::native::checkSetStorage(self, source, storage_offset, size, stride_arg);
+  // As on CPU, strides left out (set_() and set_(storage, offset, size))
+  // mean contiguous ones.
+  const c10::DimVector contiguous =
+      stride_arg.data() == nullptr ? c10::contiguous_strides(size) : c10::DimVector{};
+  const c10::IntArrayRef stride = stride_arg.data() == nullptr ? c10::IntArrayRef(contiguous) : stride_arg;
   const size_t needed =
       at::detail::computeStorageNbytes(size, stride, self.element_size(), storage_offset);
   if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);

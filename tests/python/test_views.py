@@ -126,3 +126,60 @@ def test_set_shares_storage():
     b.set_(a.untyped_storage(), 2, (2, 2), (2, 1))
     a[3] = 100
     assert torch.equal(b.cpu(), torch.tensor([[2.0, 100.0], [4.0, 5.0]]))
+
+
+def _set_empty(dev):
+    a = torch.arange(16.0, device=dev).reshape(8, 2)
+    base = a.view(16)
+    old = a.untyped_storage()
+    assert a.set_() is a
+    a.resize_(3).fill_(7)  # the new storage is the tensor's own
+    return a, [old.data_ptr() == a.untyped_storage().data_ptr(), base]
+
+
+def _set_tensor(dev):
+    s = torch.arange(16.0, device=dev)
+    a = torch.zeros(3, device=dev).set_(s[2:10].view(4, 2).t())
+    s.add_(1)
+    return a, [a.untyped_storage().data_ptr() == s.untyped_storage().data_ptr(), a.data_ptr() - s.data_ptr()]
+
+
+def _set_storage(dev):
+    s = torch.arange(16, device=dev, dtype=torch.int32)
+    a = torch.zeros(3, device=dev, dtype=torch.int32).set_(s.untyped_storage())
+    a.mul_(2)
+    return a, [a.untyped_storage().data_ptr() == s.untyped_storage().data_ptr(), s]
+
+
+def _set_storage_offset(dev):
+    s = torch.arange(16.0, device=dev)
+    a = torch.zeros(3, device=dev).set_(s.untyped_storage(), 3, (2, 3), (1, 4))
+    s[3] = 100
+    return a, [a.data_ptr() - s.data_ptr(), s]
+
+
+def _set_storage_no_strides(dev):
+    # Strides left out are contiguous ones; a storage too small grows.
+    s = torch.arange(4.0, device=dev)
+    st = s.untyped_storage()
+    a = torch.zeros(3, device=dev).set_(st, 2, (3, 2))
+    a[0] = 5
+    return a[:1], [st.nbytes(), s, a.untyped_storage().data_ptr() == st.data_ptr()]
+
+
+def _set_storage_scalar(dev):
+    s = torch.arange(6.0, device=dev)
+    return torch.zeros(3, device=dev).set_(s.untyped_storage(), 2, (), ()), []
+
+
+@pytest.mark.parametrize("fn", [_set_empty, _set_tensor, _set_storage, _set_storage_offset,
+                                _set_storage_no_strides, _set_storage_scalar], ids=lambda f: f.__name__[1:])
+def test_set_overloads_match_cpu(fn):
+    """Every set_ overload: sizes, strides, offset, storage size, sharing and values as on CPU."""
+    want, want_extra = fn("cpu")
+    got, got_extra = fn("tpu")
+    assert (got.shape, got.stride(), got.storage_offset(), got.untyped_storage().nbytes()) == \
+        (want.shape, want.stride(), want.storage_offset(), want.untyped_storage().nbytes())
+    assert torch.equal(got.cpu(), want)
+    for g, w in zip(got_extra, want_extra, strict=True):
+        assert torch.equal(g.cpu(), w) if isinstance(w, torch.Tensor) else g == w
