@@ -19,6 +19,17 @@ import sys
 # Quiet the XLA plugin's informational logging unless the user asked for it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point: ``import torch`` imports this
+    package (device-backend autoload), so the ``tpu`` device exists in every
+    process that imports torch, worker processes that never name torch_tpu
+    included; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns it off. Importing did
+    the registration; nothing is left to do. Defined before ``import torch``
+    because ``import torch_tpu`` as a process's first import of torch reaches
+    this entry point while this module is still being imported."""
+
+
 import torch  # noqa: E402
 
 from . import _plugin  # noqa: E402
