@@ -1,17 +1,19 @@
 #include "csrc/exec/executable_cache.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace tpu::exec {
@@ -48,6 +50,59 @@ std::string hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// The whole of `path` if it is a regular file (symlinks followed). Anything
+// else in an entry's place (a FIFO would block the reader forever, a
+// directory or device is not ours) reads as absent: the entry is a miss.
+bool read_regular_file(const std::string& path, std::string* out) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return false;
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (ok) {
+    out->clear();
+    out->reserve(static_cast<size_t>(st.st_size));
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n > 0) {
+        out->append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        break;
+      } else if (errno != EINTR) {
+        ok = false;
+        break;
+      }
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+// Writes `parts` to `path` whole or not at all: into a temporary file of
+// its own (unique per process and call, created exclusively, so nothing left
+// in its place, such as a FIFO, can block the writer), then renamed over it.
+bool write_atomically(const std::string& path, std::initializer_list<std::string_view> parts) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++counter);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+  if (fd < 0) return false;
+  bool ok = true;
+  for (std::string_view part : parts) {
+    while (ok && !part.empty()) {
+      const ssize_t n = write(fd, part.data(), part.size());
+      if (n > 0) {
+        part.remove_prefix(static_cast<size_t>(n));
+      } else if (n < 0 && errno != EINTR) {
+        ok = false;
+      }
+    }
+  }
+  ok = close(fd) == 0 && ok;
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) std::remove(tmp.c_str());
+  return ok;
 }
 
 bool make_dirs(const std::string& path) {
@@ -282,23 +337,15 @@ void ExecutableCache::write_session() {
 
 void ExecutableCache::write_session_locked() {
   if (session_.empty() || session_path_.empty()) return;
-  static std::atomic<uint64_t> counter{0};
-  const std::string& path = session_path_;
-  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++counter);
-  {
-    std::ofstream out(tmp);
-    if (!out) return;
-    for (uint64_t h : session_) out << hex64(h) << '\n';
-    if (!out) {
-      std::remove(tmp.c_str());
-      return;
-    }
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  std::string list;
+  for (uint64_t h : session_) list += hex64(h) + '\n';
+  write_atomically(session_path_, {list});
 }
 
 void ExecutableCache::start_preload() {
-  std::ifstream in(session_path_);
+  std::string list;
+  if (!read_regular_file(session_path_, &list)) return;
+  std::istringstream in(list);
   std::vector<uint64_t> hashes;
   std::string line;
   while (std::getline(in, line) && hashes.size() < std::min<size_t>(capacity_, 2048)) {
@@ -356,11 +403,8 @@ pjrt::ExecutablePtr ExecutableCache::load_from_disk(const std::string& key, uint
 }
 
 std::string ExecutableCache::read_entry(uint64_t hash, const std::string* expected_key, std::string* key_out) const {
-  std::ifstream in(disk_dir_ + "/" + hex64(hash) + ".xla", std::ios::binary);
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string data = ss.str();
+  std::string data;
+  if (!read_regular_file(disk_dir_ + "/" + hex64(hash) + ".xla", &data)) return {};
   // Layout: magic, identity '\0', key size (16 hex), key, executable size
   // (16 hex), its fingerprint (16 hex), executable bytes. A truncated or
   // damaged file fails these checks and is recompiled (and overwritten);
@@ -396,22 +440,9 @@ void ExecutableCache::store_to_disk(const std::string& key, uint64_t hash,
   } catch (const std::exception&) {
     return;  // the plugin cannot serialize: memory cache only
   }
-  const std::string path = disk_dir_ + "/" + hex64(hash) + ".xla";
-  // Unique per process and call: concurrent writers never share a
-  // temporary file, and rename() makes the entry appear whole or not at all.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(++counter);
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) return;
-    out << kMagic << identity_ << '\0' << hex64(key.size()) << key << hex64(bytes.size())
-        << hex64(fingerprint64(bytes)) << bytes;
-    if (!out) {
-      std::remove(tmp.c_str());
-      return;
-    }
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  write_atomically(disk_dir_ + "/" + hex64(hash) + ".xla",
+                   {kMagic, identity_, std::string_view("\0", 1), hex64(key.size()), key, hex64(bytes.size()),
+                    hex64(fingerprint64(bytes)), bytes});
 }
 
 CacheStats ExecutableCache::stats() const {

@@ -118,6 +118,39 @@ def test_corrupt_and_truncated_entries_are_recompiled(tmp_path):
     assert third["misses"] == 0 and third["disk_hits"] + third["preloaded"] == first["misses"]
 
 
+def test_entries_that_are_not_regular_files_are_misses_not_hangs(tmp_path):
+    """A FIFO, a symlink to one or a directory in an entry's or the session list's place is a miss."""
+    import json
+
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_SESSION": "fifo-test"}
+    first = _run(env)
+    files = sorted(p for p in tmp_path.iterdir() if p.suffix == ".xla")
+    lists = [p for p in tmp_path.iterdir() if p.name.startswith("session-")]
+    assert len(files) == first["misses"] >= 4 and len(lists) == 1
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "pipe")
+    kept = tmp_path / "fifo" / "kept"
+    os.rename(files[3], kept)
+    for p in files[:3] + lists:
+        p.unlink(missing_ok=True)
+    os.mkfifo(files[0])  # read, a FIFO without a writer blocks
+    os.symlink(tmp_path / "fifo" / "pipe", files[1])
+    files[2].mkdir()
+    os.symlink(kept, files[3])  # a symlink to a regular entry still reads
+    os.mkfifo(lists[0])  # the preloader's list, read when the device starts
+    env = dict(env, TORCH_TPU_DEFER_AND_FUSE=None, TORCH_TPU_LAUNCH_BLOCKING=None)
+    r = run_python(PROGRAM, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    second = json.loads(r.stdout.strip().splitlines()[-1])
+    _check(second)
+    assert second["misses"] == 3 and second["disk_hits"] == first["misses"] - 3 and second["preloaded"] == 0
+    # The recompiled entries replaced the FIFOs; a directory cannot be replaced.
+    assert files[0].is_file() and files[1].is_file() and files[2].is_dir()
+    third = _run(env)
+    _check(third)
+    assert third["misses"] == 1
+
+
 def test_a_process_like_an_earlier_one_preloads_its_programs(tmp_path):
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_SESSION": None}
     first = _run(env)
