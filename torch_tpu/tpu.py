@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -282,22 +283,77 @@ def is_tf32_supported() -> bool:
 # ---- memory -------------------------------------------------------------------------
 
 
+def memory_stats(device: Any = None) -> "OrderedDict[str, int]":
+    """The device's memory statistics under CUDA's caching allocator's keys
+    and meanings (``allocated_bytes.all.current``, ``active_bytes.all.peak``,
+    ``reserved_bytes.all.peak``, ``allocation.large_pool.allocated``,
+    ``num_ooms``, ``num_alloc_retries``, ...): ``current`` now, ``peak``
+    since ``reset_peak_memory_stats``, ``allocated``/``freed`` since
+    ``reset_accumulated_memory_stats``; pools split by size as CUDA's (small:
+    under 1 MiB). Nothing is cached: each storage is one device buffer, so
+    allocated, active, requested and reserved bytes are equal, every
+    allocation is a segment, and there are no retries or splits. Also
+    ``device_bytes_in_use`` / ``device_bytes_limit`` where the plugin
+    reports them."""
+    idx = _index(device)
+    stats = torch.accelerator.memory_stats(idx)
+    _, _, _, in_use, limit = (int(v) for v in _ops.memory_stats(idx))
+    if in_use >= 0:
+        stats["device_bytes_in_use"] = in_use
+    if limit >= 0:
+        stats["device_bytes_limit"] = limit
+    return stats
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict:
+    """memory_stats as nested dictionaries (``stats["allocated_bytes"]["all"]["peak"]``)."""
+    nested: dict = {}
+    for key, value in memory_stats(device).items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
 def memory_allocated(device: Any = None) -> int:
     """Bytes held by live tpu tensors' storages on the device."""
     return int(_ops.memory_stats(_index(device))[0])
 
 
 def max_memory_allocated(device: Any = None) -> int:
+    """The most bytes held at once since the last reset_peak_memory_stats."""
     return int(_ops.memory_stats(_index(device))[1])
 
 
+def memory_reserved(device: Any = None) -> int:
+    """Nothing is cached: the reserved bytes are the allocated ones."""
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return max_memory_allocated(device)
+
+
 def reset_peak_memory_stats(device: Any = None) -> None:
+    """Reset every statistic's peak to its current value."""
     _ops.reset_peak_memory_stats(_index(device))
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
     """The older name of reset_peak_memory_stats."""
     reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    """The older name of reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    """Reset the allocated/freed totals and the OOM count."""
+    _ops.reset_accumulated_memory_stats(_index(device))
 
 
 def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
@@ -314,34 +370,6 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
 OutOfMemoryError = torch.OutOfMemoryError
 
 
-def memory_stats(device: Any = None) -> dict[str, int]:
-    allocated, peak, allocs, in_use, limit = (int(v) for v in _ops.memory_stats(_index(device)))
-    stats = {
-        "allocated_bytes.all.current": allocated,
-        "allocated_bytes.all.peak": peak,
-        "num_alloc_retries": 0,
-        "allocation.all.allocated": allocs,
-    }
-    if in_use >= 0:
-        stats["device_bytes_in_use"] = in_use
-    if limit >= 0:
-        stats["device_bytes_limit"] = limit
-    return stats
-
-
-def memory_reserved(device: Any = None) -> int:
-    """Nothing is cached: the reserved bytes are the allocated ones."""
-    return memory_allocated(device)
-
-
-def max_memory_reserved(device: Any = None) -> int:
-    return max_memory_allocated(device)
-
-
-def reset_accumulated_memory_stats(device: Any = None) -> None:
-    _ops.reset_accumulated_memory_stats(_index(device))
-
-
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free, total) bytes of the device (the host's memory for the CPU plugin)."""
     free, total = (int(v) for v in _ops.mem_get_info(_index(device)))
@@ -349,10 +377,47 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-    s = memory_stats(device)
-    return (f"tpu:{_index(device)} memory: {s['allocated_bytes.all.current']} bytes allocated "
-            f"(peak {s['allocated_bytes.all.peak']}), {s['allocation.all.allocated']} allocations; "
-            "buffers are freed when their tensors die (no cache)")
+    """A table of memory_stats, in the layout of torch.cuda.memory_summary."""
+    idx = _index(device)
+    stats = memory_stats(idx)
+    rows = [("allocated_bytes", "Allocated memory", True), ("active_bytes", "Active memory", True),
+            ("requested_bytes", "Requested memory", True), ("reserved_bytes", "tpu reserved memory", True),
+            ("allocation", "Allocations", False), ("active", "Active allocs", False),
+            ("segment", "tpu reserved segments", False)]
+    pools = [("all", "")] + ([] if abbreviated else [("large_pool", "      from large pool"),
+                                                       ("small_pool", "      from small pool")])
+    rule, thick = "-" * 75, "=" * 75
+    lines = [thick, f" {'':17} PyTorch tpu memory summary, device ID {idx:<17d} ", rule,
+             f"  {'':9} tpu OOMs: {stats['num_ooms']:<13d} | {'':6} alloc retries: {stats['num_alloc_retries']:<14d} ",
+             thick, "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+    for key, name, is_bytes in rows:
+        lines.append(rule)
+        scale = None
+        for pool, label in pools:
+            values = [stats[f"{key}.{pool}.{m}"] for m in ("current", "peak", "allocated", "freed")]
+            scale = scale or values  # a metric's units follow its "all" row, as CUDA's table
+            cells = [(_format_bytes if is_bytes else _format_count)(v, ref) for v, ref in zip(values, scale)]
+            lines.append(f" {label or name:<21} | " + " | ".join(cells) + " ")
+    lines.append(thick)
+    return "|" + "|\n|".join(lines) + "|\n"
+
+
+def _format_bytes(n: int, ref: int) -> str:
+    unit = "B  "
+    for next_unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if ref < 768 * 1024:
+            break
+        unit, n, ref = next_unit, n // 1024, ref / 1024
+    return f"{n:6d} {unit}"
+
+
+def _format_count(n: int, ref: int) -> str:
+    unit = " "
+    for next_unit in ("K", "M"):
+        if ref < 750 * 1000:
+            break
+        unit, n, ref = next_unit, n // 1000, ref / 1000
+    return f"{n:7d} {unit} "
 
 
 def empty_cache() -> None:

@@ -900,6 +900,7 @@ class LoweredKernel final : public c10::OperatorKernel {
     try {
       run_lowered(e_, op, stack);
     } catch (const pjrt::Error& err) {
+      if (err.code() == pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED) note_out_of_memory(current_device());
       TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
                        "tpu: out of device memory in ", op.operator_name(), ": ", err.what());
       throw;

@@ -157,7 +157,8 @@ std::vector<int64_t> memory_stats(int64_t device) {
     in_use = s->bytes_in_use;
     limit = s->bytes_limit.value_or(-1);
   }
-  return {m.allocated, m.peak, m.num_allocs, in_use, limit};
+  const MemoryStat& bytes = m.bytes[MemoryCounters::kAll];
+  return {bytes.current, bytes.peak, m.allocations[MemoryCounters::kAll].allocated, in_use, limit};
 }
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
 void set_memory_limit_bytes(int64_t device, int64_t bytes) { set_memory_limit(static_cast<int>(device), bytes); }

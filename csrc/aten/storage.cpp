@@ -109,9 +109,11 @@ int64_t g_mem_limit[kMaxDevices] = {};  // bytes of live storages allowed (0: no
 void check_limit(int device, int64_t nbytes) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   const int64_t limit = g_mem_limit[device];
-  TORCH_CHECK_WITH(OutOfMemoryError, limit == 0 || g_mem[device].allocated + nbytes <= limit,
-                   "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:", device, " with ",
-                   g_mem[device].allocated, " bytes already held, past this process's limit of ", limit,
+  const int64_t held = g_mem[device].bytes[MemoryCounters::kAll].current;
+  if (limit == 0 || held + nbytes <= limit) return;
+  ++g_mem[device].num_ooms;
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu: out of memory: tried to allocate ", nbytes, " bytes on tpu:",
+                   device, " with ", held, " bytes already held, past this process's limit of ", limit,
                    " bytes (torch.tpu.set_per_process_memory_fraction). Free tensors you no longer need or raise "
                    "the fraction.");
 }
@@ -119,17 +121,15 @@ void check_limit(int device, int64_t nbytes) {
 void count_alloc(int device, int64_t nbytes, bool freed) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   MemoryCounters& m = g_mem[device];
-  if (freed) {
-    m.allocated -= nbytes;
-    --m.live_allocs;
-    ++m.num_frees;
-    m.freed_total += nbytes;
-  } else {
-    m.allocated += nbytes;
-    m.peak = std::max(m.peak, m.allocated);
-    ++m.num_allocs;
-    ++m.live_allocs;
-    m.allocated_total += nbytes;
+  const int pool = nbytes < MemoryCounters::kSmallSize ? MemoryCounters::kSmall : MemoryCounters::kLarge;
+  for (int p : {static_cast<int>(MemoryCounters::kAll), pool}) {
+    if (freed) {
+      m.bytes[p].take(nbytes);
+      m.allocations[p].take(1);
+    } else {
+      m.bytes[p].add(nbytes);
+      m.allocations[p].add(1);
+    }
   }
 }
 
@@ -163,20 +163,27 @@ class TpuAllocator final : public c10::DeviceAllocator {
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     const MemoryCounters m = memory_counters(device);
     c10::CachingDeviceAllocator::DeviceStats stats;
-    auto fill = [](c10::CachingDeviceAllocator::StatArray& a, int64_t current, int64_t peak, int64_t allocated,
-                   int64_t freed) {
-      auto& s = a[static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE)];
-      s.current = current;
-      s.peak = peak;
-      s.allocated = allocated;
-      s.freed = freed;
+    auto fill = [](c10::CachingDeviceAllocator::StatArray& a, const MemoryStat* by_pool) {
+      using c10::CachingDeviceAllocator::StatType;
+      for (auto [type, pool] : {std::pair{StatType::AGGREGATE, MemoryCounters::kAll},
+                                std::pair{StatType::LARGE_POOL, MemoryCounters::kLarge},
+                                std::pair{StatType::SMALL_POOL, MemoryCounters::kSmall}}) {
+        auto& s = a[static_cast<size_t>(type)];
+        s.current = by_pool[pool].current;
+        s.peak = by_pool[pool].peak;
+        s.allocated = by_pool[pool].allocated;
+        s.freed = by_pool[pool].freed;
+      }
     };
+    // Nothing cached, nothing split: allocated = active = requested = reserved.
     for (auto* a : {&stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes, &stats.requested_bytes}) {
-      fill(*a, m.allocated, m.peak, m.allocated_total, m.freed_total);
+      fill(*a, m.bytes);
     }
-    for (auto* a : {&stats.allocation, &stats.segment, &stats.active}) {
-      fill(*a, m.live_allocs, m.live_allocs, m.num_allocs, m.num_frees);
-    }
+    for (auto* a : {&stats.allocation, &stats.segment, &stats.active}) fill(*a, m.allocations);
+    stats.num_ooms = m.num_ooms;
+    // Every storage is a device allocation of its own.
+    stats.num_device_alloc = m.allocations[MemoryCounters::kAll].allocated;
+    stats.num_device_free = m.allocations[MemoryCounters::kAll].freed;
     return stats;
   }
   void resetAccumulatedStats(c10::DeviceIndex device) override { reset_accumulated_memory(device); }
@@ -189,7 +196,13 @@ class TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const int device = current_device();
     check_limit(device, static_cast<int64_t>(nbytes));
-    void* addr = nbytes > 0 ? address_space().take(device, nbytes) : nullptr;
+    void* addr = nullptr;
+    try {
+      if (nbytes > 0) addr = address_space().take(device, nbytes);
+    } catch (const c10::OutOfMemoryError&) {
+      note_out_of_memory(device);
+      throw;
+    }
     auto* ctx = new Context(nbytes, device, addr);
     count_alloc(device, static_cast<int64_t>(nbytes), false);
     return c10::DataPtr(addr, ctx, &delete_context,
@@ -239,19 +252,30 @@ void set_memory_limit(int device, int64_t bytes) {
 void reset_peak_memory(int device) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
-  g_mem[device].peak = g_mem[device].allocated;
+  MemoryCounters& m = g_mem[device];
+  for (MemoryStat* stats : {m.bytes, m.allocations}) {
+    for (int p = 0; p < 3; ++p) stats[p].peak = stats[p].current;
+  }
 }
 
 void reset_accumulated_memory(int device) {
   std::lock_guard<std::mutex> lock(g_mem_mu);
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "tpu: invalid device index ", device);
   MemoryCounters& m = g_mem[device];
-  m.num_allocs = m.num_frees = m.allocated_total = m.freed_total = 0;
+  for (MemoryStat* stats : {m.bytes, m.allocations}) {
+    for (int p = 0; p < 3; ++p) stats[p].allocated = stats[p].freed = 0;
+  }
+  m.num_ooms = 0;
+}
+
+void note_out_of_memory(int device) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  if (device >= 0 && device < kMaxDevices) ++g_mem[device].num_ooms;
 }
 
 DeviceMemory device_memory(int device) {
   DeviceMemory d;
-  const int64_t used = memory_counters(device).allocated;
+  const int64_t used = memory_counters(device).bytes[MemoryCounters::kAll].current;
   if (auto s = exec::Runtime::get().device(device).memory_stats(); s && s->bytes_limit) {
     d.total = *s->bytes_limit;
     d.free = std::max<int64_t>(0, d.total - s->bytes_in_use);
@@ -340,6 +364,7 @@ TpuStorage::Value TpuStorage::value() const {
   } catch (const pjrt::Error& err) {
     // A program that could not start for want of device memory (started
     // by the launcher thread, so it is raised here): as at the op itself.
+    if (err.code() == pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED) note_out_of_memory(device());
     TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
                      "tpu: out of device memory: ", err.what());
     throw;

@@ -106,21 +106,45 @@ TpuStorage& storage_of(const c10::DataPtr& data_ptr);
 inline TpuStorage& storage_of(const c10::Storage& storage) { return storage_of(storage.data_ptr()); }
 inline TpuStorage& storage_of(const at::Tensor& t) { return storage_of(t.storage()); }
 
-// Bytes held by live tpu storages of `device`, and their peak.
+// One statistic of the device's storages, with CUDA's caching allocator's
+// meanings: the value now, its peak since the last reset_peak_memory, and
+// what was added to / taken from it since the last reset_accumulated_memory.
+struct MemoryStat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+  void add(int64_t n) {
+    current += n;
+    peak = std::max(peak, current);
+    allocated += n;
+  }
+  void take(int64_t n) {
+    current -= n;
+    freed += n;
+  }
+};
+
+// The live tpu storages of `device`. Nothing is cached (each storage is its
+// own device buffer), so every storage is one allocation, one segment and
+// active; CUDA's pools are kept by size as its allocator splits them (small:
+// under 1 MiB, large: the rest), index 0 being all of them.
 struct MemoryCounters {
-  int64_t allocated = 0;        // bytes live now
-  int64_t peak = 0;             // most bytes live at once (since the last reset)
-  int64_t num_allocs = 0;       // storages allocated (since the last reset)
-  int64_t num_frees = 0;
-  int64_t live_allocs = 0;      // storages live now
-  int64_t allocated_total = 0;  // bytes ever allocated / freed (since the last reset)
-  int64_t freed_total = 0;
+  static constexpr int64_t kSmallSize = int64_t{1} << 20;
+  enum Pool { kAll = 0, kLarge = 1, kSmall = 2 };
+  MemoryStat bytes[3];        // bytes of live storages
+  MemoryStat allocations[3];  // live storages
+  int64_t num_ooms = 0;       // out-of-memory errors raised (since the last reset_accumulated_memory)
 };
 MemoryCounters memory_counters(int device);
+// Resets every statistic's peak to its current value (reset_peak_memory_stats).
 void reset_peak_memory(int device);
 // Live storage bytes the process may hold on the device (0: no limit).
 void set_memory_limit(int device, int64_t bytes);
+// Resets what was allocated and freed, and the OOM count.
 void reset_accumulated_memory(int device);
+// Counts an out-of-memory error raised for `device` (torch.tpu.memory_stats's num_ooms).
+void note_out_of_memory(int device);
 
 // The device's memory: its limit as the plugin reports it, else (the CPU
 // plugin) the host's physical memory; and what is free of it.

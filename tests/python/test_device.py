@@ -82,6 +82,76 @@ def test_memory_statistics_track_storages():
     assert torch.tpu.memory_allocated() == before
 
 
+def test_memory_stats_have_cudas_keys_and_meanings():
+    """memory_stats: CUDA's caching allocator's keys, each measured against
+    the storages the test makes: current, peak (reset by
+    reset_peak_memory_stats), allocated/freed totals (reset by
+    reset_accumulated_memory_stats), pools split at 1 MiB, OOMs counted;
+    memory_summary shows them."""
+    tpu = torch.tpu
+    cuda_keys = {f"{stat}.{pool}.{metric}"
+                 for stat in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes",
+                              "inactive_split_bytes", "allocation", "segment", "active", "inactive_split")
+                 for pool in ("all", "large_pool", "small_pool")
+                 for metric in ("current", "peak", "allocated", "freed")}
+    cuda_keys |= {"num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
+                  "max_split_size", "oversize_allocations.current", "oversize_segments.peak"}
+    torch.tpu.synchronize()
+    tpu.reset_accumulated_memory_stats()
+    tpu.reset_peak_memory_stats()
+    s0 = tpu.memory_stats()
+    assert cuda_keys <= set(s0), cuda_keys - set(s0)
+    assert list(s0) == sorted(s0)
+    held = s0["allocated_bytes.all.current"]
+    assert held == tpu.memory_allocated() == s0["reserved_bytes.all.current"] == s0["active_bytes.all.current"]
+    assert s0["allocated_bytes.all.peak"] == held and s0["allocated_bytes.all.allocated"] == 0
+    assert s0["num_ooms"] == 0 and s0["num_alloc_retries"] == 0
+
+    big = torch.empty(512, 1024, device="tpu")  # 2 MiB: large pool
+    small = torch.empty(1000, device="tpu")  # 4000 bytes: small pool
+    s1 = tpu.memory_stats()
+    for stat in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+        assert s1[f"{stat}.all.current"] == held + 2 * 2**20 + 4000
+        assert s1[f"{stat}.all.peak"] == held + 2 * 2**20 + 4000
+        assert s1[f"{stat}.all.allocated"] == 2 * 2**20 + 4000
+        assert s1[f"{stat}.large_pool.current"] - s0[f"{stat}.large_pool.current"] == 2 * 2**20
+        assert s1[f"{stat}.small_pool.current"] - s0[f"{stat}.small_pool.current"] == 4000
+    assert s1["allocation.all.current"] - s0["allocation.all.current"] == 2
+    assert s1["allocation.all.allocated"] == s1["num_device_alloc"] == 2
+    assert s1["segment.large_pool.allocated"] == 1 and s1["segment.small_pool.allocated"] == 1
+
+    del big
+    s2 = tpu.memory_stats()
+    assert s2["allocated_bytes.all.current"] == held + 4000
+    assert s2["allocated_bytes.all.peak"] == held + 2 * 2**20 + 4000  # the peak stays
+    assert s2["allocated_bytes.all.freed"] == s2["allocated_bytes.large_pool.freed"] == 2 * 2**20
+    assert s2["allocation.all.freed"] == s2["num_device_free"] == 1
+    assert tpu.max_memory_allocated() == held + 2 * 2**20 + 4000 == tpu.max_memory_reserved()
+    tpu.reset_peak_memory_stats()
+    s3 = tpu.memory_stats()
+    assert s3["allocated_bytes.all.peak"] == s3["allocated_bytes.all.current"] == held + 4000
+    assert s3["allocation.all.peak"] == s3["allocation.all.current"]
+    assert s3["allocated_bytes.all.allocated"] == 2 * 2**20 + 4000  # totals outlive a peak reset
+    assert tpu.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["peak"] == held + 4000
+
+    total = tpu.mem_get_info()[1]
+    tpu.set_per_process_memory_fraction((held + 100_000) / total)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(1_000_000, device="tpu")
+    finally:
+        tpu.set_per_process_memory_fraction(1.0)
+    assert tpu.memory_stats()["num_ooms"] == 1
+    summary = tpu.memory_summary()
+    assert "tpu OOMs: 1 " in summary and "Allocated memory" in summary and "from small pool" in summary
+    assert "from small pool" not in tpu.memory_summary(abbreviated=True)
+    tpu.reset_accumulated_memory_stats()
+    s4 = tpu.memory_stats()
+    assert s4["num_ooms"] == 0 and s4["allocated_bytes.all.allocated"] == 0 and s4["allocation.all.freed"] == 0
+    assert s4["allocated_bytes.all.current"] == held + 4000
+    del small
+
+
 def test_streams_and_events():
     s = torch.tpu.current_stream()
     e = s.record_event()
