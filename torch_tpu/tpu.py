@@ -428,6 +428,28 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 
 
+# The autocast state of the tpu device, as torch.autocast("tpu") sets it
+# (the names TorchTPU's device module gives; torch.is_autocast_enabled("tpu")
+# and friends are the same state).
+def _is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled("tpu")
+
+
+def _set_autocast_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("tpu", bool(enabled))
+
+
+def _get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("tpu")
+
+
+def _set_autocast_dtype(dtype: torch.dtype) -> None:
+    if dtype not in get_amp_supported_dtype():
+        raise ValueError(f"torch.tpu._set_autocast_dtype: tpu autocast supports {get_amp_supported_dtype()}, "
+                         f"got {dtype}")
+    torch.set_autocast_dtype("tpu", dtype)
+
+
 def _is_in_bad_fork() -> bool:
     """True in a child made by fork() after this process started the device:
     the device cannot be used there (use the 'spawn' start method)."""
@@ -457,23 +479,45 @@ class Precision(enum.Enum):
 
 
 def get_precision() -> Precision:
-    return Precision(torch.get_float32_matmul_precision())
+    """The calling thread's precision: its innermost ``precision`` block's,
+    else the process default (torch.get_float32_matmul_precision())."""
+    scoped = str(_ops._scoped_precision())
+    return Precision(scoped or torch.get_float32_matmul_precision())
 
 
 def set_precision(precision: "Precision | str") -> None:
-    p = precision if isinstance(precision, Precision) else Precision[str(precision).upper()]
-    torch.set_float32_matmul_precision(p.value)
+    """Set the process default (what threads outside a ``precision`` block
+    use; the same as torch.set_float32_matmul_precision)."""
+    torch.set_float32_matmul_precision(_as_precision(precision).value)
 
 
-@contextlib.contextmanager
-def precision(p: "Precision | str"):
-    """Run the block's float32 matmuls and convolutions at precision ``p``."""
-    old = torch.get_float32_matmul_precision()
-    set_precision(p)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
+def _as_precision(p: "Precision | str") -> Precision:
+    if isinstance(p, Precision):
+        return p
+    name = str(p)
+    for member in Precision:
+        if name.upper() == member.name or name.lower() == member.value:
+            return member
+    raise ValueError(f"torch.tpu.precision: unknown precision {p!r}; expected one of "
+                     f"{[m.name for m in Precision]} (or {[m.value for m in Precision]})")
+
+
+class precision(contextlib.ContextDecorator):
+    """Run the block's float32 matmuls and convolutions at precision ``p`` on
+    the calling thread (and in the backward passes it runs: autograd's
+    threads follow it); other threads, and threads started inside the
+    block, keep the process default. Usable as a decorator."""
+
+    def __init__(self, p: "Precision | str"):
+        self.precision = _as_precision(p)
+
+    def __enter__(self):
+        _ops._enter_precision(self.precision.value)
+        return self
+
+    def __exit__(self, *exc):
+        _ops._exit_precision()
+        return False
 
 
 # ---- the compilation cache ------------------------------------------------------------
@@ -482,6 +526,11 @@ def precision(p: "Precision | str"):
 def _set_dump_on_cache_miss(on: bool = True) -> None:
     """Print every program compiled on a cache miss (its StableHLO) to stderr."""
     _ops._set_dump_on_cache_miss(bool(on))
+
+
+def _get_dump_on_cache_miss() -> bool:
+    """Whether every program compiled on a cache miss is printed."""
+    return bool(_ops._get_dump_on_cache_miss())
 
 
 

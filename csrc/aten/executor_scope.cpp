@@ -32,7 +32,34 @@ thread_local std::vector<Saved> t_scopes;
 
 ExecutorInfo* scope_info() { return static_cast<ExecutorInfo*>(c10::ThreadLocalDebugInfo::get(kExecutorInfo)); }
 
+constexpr std::string_view kPrecisionInfoName = "TORCH_TPU_MATMUL_PRECISION";
+const c10::DebugInfoKind kPrecisionInfo(&kPrecisionInfoName);
+
+struct PrecisionInfo : c10::DebugInfoBase {
+  explicit PrecisionInfo(at::Float32MatmulPrecision p) : precision(p) {}
+  at::Float32MatmulPrecision precision;
+};
+// Per thread: the debug info in force before each open precision scope.
+thread_local std::vector<std::shared_ptr<c10::ThreadLocalDebugInfo>> t_precision_scopes;
+
 }  // namespace
+
+void enter_precision_scope(at::Float32MatmulPrecision precision) {
+  t_precision_scopes.push_back(c10::ThreadLocalDebugInfo::current());
+  c10::ThreadLocalDebugInfo::_push(kPrecisionInfo, std::make_shared<PrecisionInfo>(precision));
+}
+
+void exit_precision_scope() {
+  TORCH_CHECK(!t_precision_scopes.empty(), "torch.tpu.precision: no precision scope to leave on this thread");
+  c10::ThreadLocalDebugInfo::_forceCurrentDebugInfo(std::move(t_precision_scopes.back()));
+  t_precision_scopes.pop_back();
+}
+
+std::optional<at::Float32MatmulPrecision> scoped_precision() {
+  auto* info = static_cast<PrecisionInfo*>(c10::ThreadLocalDebugInfo::get(kPrecisionInfo));
+  if (info == nullptr) return std::nullopt;
+  return info->precision;
+}
 
 exec::Executor& current_executor() {
   if (ExecutorInfo* info = scope_info()) return *info->executor;

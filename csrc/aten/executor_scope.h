@@ -11,6 +11,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+
+#include <ATen/Context.h>
 
 #include "csrc/exec/executor.h"
 #include "csrc/pjrt/buffer.h"
@@ -25,6 +28,16 @@ exec::Executor& current_executor();
 // (running what it deferred when it leaves fused mode).
 void enter_execution_scope(exec::ExecutionMode mode);
 void exit_execution_scope();
+
+// torch.tpu.precision's scope: the float32 matmul precision (an
+// at::Float32MatmulPrecision) of the calling thread's ops, carried into the
+// autograd threads working for it as execution scopes are. Scopes nest;
+// outside every scope a thread uses the process default
+// (torch.set_float32_matmul_precision), and so does a new thread.
+void enter_precision_scope(at::Float32MatmulPrecision precision);
+void exit_precision_scope();
+// The innermost scope's precision; nullopt outside every scope.
+std::optional<at::Float32MatmulPrecision> scoped_precision();
 
 // When `done` (a program's completion on `device`, or null: nothing
 // pending) completed, on the steady clock (steady_now_ns); 0 until then.

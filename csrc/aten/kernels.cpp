@@ -1,5 +1,6 @@
 #include "csrc/aten/kernels.h"
 #include "csrc/aten/layouts.h"
+#include "csrc/aten/executor_scope.h"
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
@@ -369,8 +370,10 @@ void write_back(EagerProgram& p, at::Tensor& dst, Value v, bool inplace, ArgPosi
   p.assign(dst, b.convert(v, to_hlo(dst.scalar_type())), pos);
 }
 
+// The thread's torch.tpu.precision scope, else the process default. (Op
+// programs and fused graphs are memoized with it: op_memo.cpp.)
 lowering::MatmulPrecision matmul_precision() {
-  switch (at::globalContext().float32MatmulPrecision()) {
+  switch (scoped_precision().value_or(at::globalContext().float32MatmulPrecision())) {
     case at::Float32MatmulPrecision::HIGH: return lowering::MatmulPrecision::High;
     case at::Float32MatmulPrecision::MEDIUM: return lowering::MatmulPrecision::Medium;
     default: return lowering::MatmulPrecision::Highest;

@@ -163,6 +163,27 @@ std::vector<int64_t> memory_stats(int64_t device) {
 void reset_peak_memory_stats(int64_t device) { reset_peak_memory(static_cast<int>(device)); }
 void set_memory_limit_bytes(int64_t device, int64_t bytes) { set_memory_limit(static_cast<int>(device), bytes); }
 void set_dump_on_cache_miss(bool on) { exec::ExecutableCache::set_dump_on_miss(on); }
+bool dump_on_cache_miss() { return exec::ExecutableCache::dump_on_miss(); }
+
+at::Float32MatmulPrecision parse_precision(const std::string& name) {
+  if (name == "highest") return at::Float32MatmulPrecision::HIGHEST;
+  if (name == "high") return at::Float32MatmulPrecision::HIGH;
+  TORCH_CHECK(name == "medium", "torch.tpu.precision: unknown precision '", name,
+              "'; expected 'highest', 'high' or 'medium' (Precision.HIGHEST, HIGH, DEFAULT)");
+  return at::Float32MatmulPrecision::MEDIUM;
+}
+void enter_precision(std::string name) { enter_precision_scope(parse_precision(name)); }
+void exit_precision() { exit_precision_scope(); }
+// The calling thread's scoped precision ("" outside every scope).
+std::string current_scoped_precision() {
+  auto p = scoped_precision();
+  if (!p) return "";
+  switch (*p) {
+    case at::Float32MatmulPrecision::HIGHEST: return "highest";
+    case at::Float32MatmulPrecision::HIGH: return "high";
+    default: return "medium";
+  }
+}
 
 bool exact_new_tensors(bool on) { return set_exact_new_tensors(on); }
 void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
@@ -307,6 +328,10 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("reset_accumulated_memory_stats(int device) -> ()", &reset_accumulated_memory_stats);
   m.def("mem_get_info(int device) -> int[]", &mem_get_info);
   m.def("_set_dump_on_cache_miss(bool on) -> ()", &set_dump_on_cache_miss);
+  m.def("_get_dump_on_cache_miss() -> bool", &dump_on_cache_miss);
+  m.def("_enter_precision(str precision) -> ()", &enter_precision);
+  m.def("_exit_precision() -> ()", &exit_precision);
+  m.def("_scoped_precision() -> str", &current_scoped_precision);
   m.def("_exact_new_tensors(bool on) -> bool", &exact_new_tensors);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
   m.def("initial_seed(int device) -> int", &initial_seed);

@@ -230,19 +230,111 @@ def test_an_event_in_fused_eager_waits_for_the_deferred_work():
         assert e.query()
 
 
-def test_precision_context_sets_float32_matmul_precision():
+def test_precision_context_is_per_thread():
+    """torch.tpu.precision sets the calling thread's float32 matmul precision
+    (its backward too), not the process's: another thread, and a thread
+    started inside the block, read the process default
+    (torch.set_float32_matmul_precision); op programs are keyed on it."""
+    import threading
+
     a = torch.randn(64, 64)
     at = a.to("tpu")
     before = torch.get_float32_matmul_precision()
-    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
-        assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST
-        exact = (at @ at).cpu()
-        with torch.tpu.precision("default"):
-            assert torch.get_float32_matmul_precision() == "medium"
-            (at @ at).cpu()
-        assert torch.get_float32_matmul_precision() == "highest"
+    seen = {}
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with torch.tpu.precision("high"):
+            seen["other_in_block"] = torch.tpu.get_precision()
+            inside.set()
+            leave.wait(60)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert inside.wait(60)
+        assert torch.tpu.get_precision() is torch.tpu.Precision(before)  # not the other thread's block
+        with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+            assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST
+            assert torch.get_float32_matmul_precision() == before  # the process default is untouched
+            child = threading.Thread(target=lambda: seen.setdefault("child", torch.tpu.get_precision()))
+            child.start()
+            child.join(60)
+            exact = (at @ at).cpu()
+            with torch.tpu.precision("default"):
+                assert torch.tpu.get_precision() is torch.tpu.Precision.DEFAULT
+                built = torch_tpu.counters()["programs_built"]
+                w = at.clone().requires_grad_()
+
+                class Spy(torch.autograd.Function):
+                    @staticmethod
+                    def forward(ctx, x):
+                        return x.clone()
+
+                    @staticmethod
+                    def backward(ctx, g):
+                        seen["backward"] = (torch.tpu.get_precision(), threading.get_ident())
+                        return g
+
+                (Spy.apply(w) @ at).sum().backward()  # autograd runs it on its device thread
+                # forward and backward matmuls under DEFAULT: programs of their own
+                assert torch_tpu.counters()["programs_built"] >= built + 2
+            assert torch.tpu.get_precision() is torch.tpu.Precision.HIGHEST
+    finally:
+        leave.set()
+        t.join(60)
+    assert seen["other_in_block"] is torch.tpu.Precision.HIGH
+    assert seen["child"] is torch.tpu.Precision(before)
+    assert seen["backward"][0] is torch.tpu.Precision.DEFAULT
     assert torch.get_float32_matmul_precision() == before
     torch.testing.assert_close(exact, a @ a, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(w.grad.cpu(), torch.ones(64, 64) @ a.T, rtol=2e-2, atol=2e-1)
+    # The process default: set_precision is torch.set_float32_matmul_precision.
+    try:
+        torch.tpu.set_precision("high")
+        assert torch.get_float32_matmul_precision() == "high" and torch.tpu.get_precision() is torch.tpu.Precision.HIGH
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(ValueError, match="unknown precision"):
+        torch.tpu.precision("fastest")
+
+
+def test_device_module_autocast_and_cache_flags():
+    """torch.tpu's autocast accessors are torch.autocast('tpu')'s state;
+    the dump-on-cache-miss flag has a getter."""
+    assert not torch.tpu._is_autocast_enabled()
+    assert torch.tpu._get_autocast_dtype() is torch.bfloat16
+    with torch.autocast("tpu", dtype=torch.float16):
+        assert torch.tpu._is_autocast_enabled() and torch.tpu._get_autocast_dtype() is torch.float16
+    assert not torch.tpu._is_autocast_enabled()
+    old = torch.tpu._get_autocast_dtype()
+    try:
+        torch.tpu._set_autocast_enabled(True)
+        torch.tpu._set_autocast_dtype(torch.float16)
+        assert torch.is_autocast_enabled("tpu") and torch.get_autocast_dtype("tpu") is torch.float16
+        x = torch.randn(4, 4, device="tpu")
+        assert (x @ x).dtype is torch.float16  # the state is autocast's own
+    finally:
+        torch.tpu._set_autocast_enabled(False)
+        torch.tpu._set_autocast_dtype(old)
+    assert not torch.is_autocast_enabled("tpu")
+    with pytest.raises(ValueError, match="supports"):
+        torch.tpu._set_autocast_dtype(torch.int32)
+    assert torch.tpu._get_dump_on_cache_miss() is False
+    torch.tpu._set_dump_on_cache_miss(True)
+    try:
+        assert torch.tpu._get_dump_on_cache_miss() is True
+    finally:
+        torch.tpu._set_dump_on_cache_miss(False)
+
+
+def test_asking_for_the_device_initializes_it():
+    out = run_python("import torch, torch_tpu\n"
+                     "assert not torch.tpu.is_initialized()\n"
+                     "assert torch_tpu.api.tpu_device() == torch.device('tpu', 0)\n"
+                     "assert torch.tpu.is_initialized() and torch.tpu._initialized\n"
+                     "print('ok')\n", timeout=180)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
 
 
 def test_dump_on_cache_miss_prints_each_compiled_program():
