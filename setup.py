@@ -15,6 +15,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# The build imports torch, which would import an installed torch_tpu (its
+# `torch.backends` entry point) and so need the very library being built.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 
 
 class CMakeBuild(build_ext):
