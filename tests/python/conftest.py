@@ -97,6 +97,7 @@ def tpu():
 MODE_POLICY = {
     #                       fused   debug
     "test_abi.py":         ("none", "none"),  # declarations: no programs
+    "test_autoload.py":    ("none", "none"),  # fresh processes importing torch; no mode of their own
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
