@@ -163,14 +163,28 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return !last || last->is_ready();
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    synchronize_device(stream.device_index() >= 0 ? stream.device_index() : current_device());
+    const int device = stream.device_index() >= 0 ? stream.device_index() : current_device();
+    try {
+      synchronize_device(device);
+    } catch (...) {
+      rethrow_out_of_memory_as_torch_error(device);
+    }
   }
   void synchronizeEvent(void* event) const override {
     auto* e = static_cast<TpuEvent*>(event);
-    if (e != nullptr && e->done) e->done->await_interruptible();
+    try {
+      if (e != nullptr && e->done) e->done->await_interruptible();
+    } catch (...) {
+      rethrow_out_of_memory_as_torch_error(e->device);
+    }
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    synchronize_device(device_index);
+    const int device = device_index >= 0 ? device_index : current_device();
+    try {
+      synchronize_device(device);
+    } catch (...) {
+      rethrow_out_of_memory_as_torch_error(device);
+    }
   }
   // Milliseconds between the completions of two recorded events.
   double elapsedTime(void* start, void* end, const c10::DeviceIndex device_index) const override {

@@ -902,11 +902,8 @@ class LoweredKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) const {
     try {
       run_lowered(e_, op, stack);
-    } catch (const pjrt::Error& err) {
-      if (err.code() == pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED) note_out_of_memory(current_device());
-      TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
-                       "tpu: out of device memory in ", op.operator_name(), ": ", err.what());
-      throw;
+    } catch (...) {
+      rethrow_out_of_memory_as_torch_error(current_device(), c10::toString(op.operator_name()));
     }
   }
 
@@ -1128,7 +1125,13 @@ bool cpu_fallback_enabled() {
 }
 
 void fallback_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  if (cpu_fallback_enabled()) return run_cpu_fallback(op, stack);
+  if (cpu_fallback_enabled()) {
+    try {
+      return run_cpu_fallback(op, stack);
+    } catch (...) {
+      rethrow_out_of_memory_as_torch_error(current_device(), c10::toString(op.operator_name()));
+    }
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "The operator '", op.operator_name(),
                               "' has no lowering for the tpu device. ", fallback_hint());
 }

@@ -74,6 +74,7 @@ void synchronize(int64_t device) {
   try {
     synchronize_device(static_cast<int>(device));
   } catch (const pjrt::Error& e) {
+    if (e.out_of_memory()) rethrow_out_of_memory_as_torch_error(static_cast<int>(device));
     TORCH_CHECK(false, "tpu: a program failed on the device: ", e.what());
   } catch (const exec::CheckFailure& e) {
     raise_check_failure(e);

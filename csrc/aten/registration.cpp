@@ -35,6 +35,33 @@
 namespace tpu {
 namespace {
 
+// A kernel whose failures for want of memory (the plugin's, the host's) are
+// torch.OutOfMemoryError, naming the device of its first tpu tensor.
+template <auto F>
+struct MemoryChecked;
+template <class R, class... A, R (*F)(A...)>
+struct MemoryChecked<F> {
+  static R call(A... args) {
+    try {
+      return F(std::forward<A>(args)...);
+    } catch (...) {
+      int device = current_device();
+      bool found = false;
+      auto look = [&](const auto& arg) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, at::Tensor>) {
+          if (!found && arg.defined() && arg.device().type() == c10::DeviceType::PrivateUse1) {
+            device = arg.device().has_index() ? arg.device().index() : device;
+            found = true;
+          }
+        }
+      };
+      (look(args), ...);
+      rethrow_out_of_memory_as_torch_error(device);
+    }
+  }
+};
+#define TPU_KERNEL(fn) TORCH_FN(MemoryChecked<&fn>::call)
+
 at::Tensor& set_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt offset,
                                c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
   return set_storage(self, std::move(source), offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
@@ -225,24 +252,24 @@ TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
-  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(sdpa_overrideable));
+  m.impl("_scaled_dot_product_fused_attention_overrideable", TPU_KERNEL(sdpa_overrideable));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
-  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
-  m.impl("zeros_like", TORCH_FN(zeros_like));
-  m.impl("ones_like", TORCH_FN(ones_like));
-  m.impl("full_like", TORCH_FN(full_like));
-  m.impl("empty_strided", TORCH_FN(empty_strided));
-  m.impl("resize_", TORCH_FN(resize_));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
-  m.impl("set_.source_Storage", TORCH_FN(set_whole_storage));
-  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
-  m.impl("set_", TORCH_FN(set_empty));
-  m.impl("_copy_from", TORCH_FN(copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
-  m.impl("clone", TORCH_FN(clone));
-  m.impl("equal", TORCH_FN(equal));
-  m.impl("conj_physical_", TORCH_FN(conj_physical_));
+  m.impl("empty.memory_format", TPU_KERNEL(empty_memory_format));
+  m.impl("zeros_like", TPU_KERNEL(zeros_like));
+  m.impl("ones_like", TPU_KERNEL(ones_like));
+  m.impl("full_like", TPU_KERNEL(full_like));
+  m.impl("empty_strided", TPU_KERNEL(empty_strided));
+  m.impl("resize_", TPU_KERNEL(resize_));
+  m.impl("set_.source_Storage_storage_offset", TPU_KERNEL(set_storage_offset));
+  m.impl("set_.source_Storage", TPU_KERNEL(set_whole_storage));
+  m.impl("set_.source_Tensor", TPU_KERNEL(set_tensor));
+  m.impl("set_", TPU_KERNEL(set_empty));
+  m.impl("_copy_from", TPU_KERNEL(copy_from));
+  m.impl("_copy_from_and_resize", TPU_KERNEL(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TPU_KERNEL(local_scalar_dense));
+  m.impl("clone", TPU_KERNEL(clone));
+  m.impl("equal", TPU_KERNEL(equal));
+  m.impl("conj_physical_", TPU_KERNEL(conj_physical_));
   // Views share the storage; only metadata changes.
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));

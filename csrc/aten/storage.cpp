@@ -273,6 +273,56 @@ void note_out_of_memory(int device) {
   if (device >= 0 && device < kMaxDevices) ++g_mem[device].num_ooms;
 }
 
+namespace {
+// "4.00 GiB (4294967296 bytes)" for the first "<n> bytes" in a plugin's message.
+std::string size_named_in(const std::string& message) {
+  for (size_t at = message.find(" bytes"); at != std::string::npos; at = message.find(" bytes", at + 1)) {
+    size_t start = at;
+    while (start > 0 && std::isdigit(static_cast<unsigned char>(message[start - 1]))) --start;
+    if (start == at || at - start > 19) continue;
+    const double n = std::stod(message.substr(start, at - start));
+    const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    double v = n;
+    for (; v >= 1024 && u < 4; ++u) v /= 1024;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s (%s bytes)", v, units[u],
+                  message.substr(start, at - start).c_str());
+    return buf;
+  }
+  return {};
+}
+}  // namespace
+
+void rethrow_out_of_memory_as_torch_error(int device, std::string_view where) {
+  const std::string in = where.empty() ? std::string() : " in " + std::string(where);
+  try {
+    throw;
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const pjrt::Error& err) {
+    if (!err.out_of_memory()) throw;
+    note_out_of_memory(device);
+    const std::string size = size_named_in(err.what());
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu: out of device memory on tpu:", device, in,
+                     size.empty() ? "" : ": tried to allocate ", size,
+                     ". Free tensors you no longer need (del, or smaller batches). The plugin said: ", err.what());
+  } catch (const c10::Error& err) {
+    // Host staging memory our kernels take from PyTorch's CPU allocator.
+    if (std::string_view(err.what()).find("DefaultCPUAllocator: can't allocate memory") == std::string_view::npos) {
+      throw;
+    }
+    note_out_of_memory(device);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu: out of host memory while working for tpu:", device, in, ": ",
+                     err.what_without_backtrace());
+  } catch (const std::bad_alloc& err) {
+    note_out_of_memory(device);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "tpu: out of host memory while working for tpu:", device, in,
+                     " (", err.what(), "): the process could not allocate host memory. Free tensors you no longer "
+                     "need, or raise the process's memory limit (ulimit -v).");
+  }
+}
+
 DeviceMemory device_memory(int device) {
   DeviceMemory d;
   const int64_t used = memory_counters(device).bytes[MemoryCounters::kAll].current;
@@ -361,13 +411,10 @@ TpuStorage::Value TpuStorage::value() const {
   if (!v.deferred) return v;
   try {
     v.buffer = v.deferred->resolve();  // runs the fused graph (outside our lock)
-  } catch (const pjrt::Error& err) {
+  } catch (...) {
     // A program that could not start for want of device memory (started
     // by the launcher thread, so it is raised here): as at the op itself.
-    if (err.code() == pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED) note_out_of_memory(device());
-    TORCH_CHECK_WITH(OutOfMemoryError, err.code() != pjrt::c::PJRT_Error_Code_RESOURCE_EXHAUSTED,
-                     "tpu: out of device memory: ", err.what());
-    throw;
+    rethrow_out_of_memory_as_torch_error(device());
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (value_.deferred == v.deferred) {  // not overwritten meanwhile: keep the buffer

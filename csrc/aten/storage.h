@@ -8,6 +8,7 @@
 #include <c10/core/Allocator.h>
 
 #include <mutex>
+#include <string_view>
 
 #include "csrc/exec/deferred.h"
 #include "csrc/exec/device_check.h"
@@ -145,6 +146,12 @@ void set_memory_limit(int device, int64_t bytes);
 void reset_accumulated_memory(int device);
 // Counts an out-of-memory error raised for `device` (torch.tpu.memory_stats's num_ooms).
 void note_out_of_memory(int device);
+// Inside a catch block: rethrows the exception being handled, except that
+// memory running out (a plugin's RESOURCE_EXHAUSTED or out-of-memory
+// message, std::bad_alloc on the host) becomes torch.OutOfMemoryError
+// naming the size (when the plugin says it), the device and `where` (an op,
+// or empty), counted in the device's num_ooms.
+[[noreturn]] void rethrow_out_of_memory_as_torch_error(int device, std::string_view where = {});
 
 // The device's memory: its limit as the plugin reports it, else (the CPU
 // plugin) the host's physical memory; and what is free of it.

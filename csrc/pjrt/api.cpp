@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cctype>
 #include <mutex>
 
 namespace tpu::pjrt {
@@ -39,6 +40,16 @@ Error::Error(std::string call, c::PJRT_Error_Code code, const std::string& messa
     : std::runtime_error(call + " failed (" + error_code_name(code) + "): " + message),
       call_(std::move(call)),
       code_(code) {}
+
+bool Error::out_of_memory() const {
+  if (code_ == c::PJRT_Error_Code_RESOURCE_EXHAUSTED) return true;
+  std::string m(what());
+  for (char& ch : m) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* says : {"out of memory", "resource_exhausted", "resource exhausted", "oom while", "bad_alloc"}) {
+    if (m.find(says) != std::string::npos) return true;
+  }
+  return false;
+}
 
 std::shared_ptr<Api> Api::load(const std::string& path) {
   const std::string how =

@@ -20,6 +20,11 @@ class Error : public std::runtime_error {
   Error(std::string call, c::PJRT_Error_Code code, const std::string& message);
   const std::string& call() const { return call_; }
   c::PJRT_Error_Code code() const { return code_; }
+  // Whether memory ran out: RESOURCE_EXHAUSTED, or a plugin's message saying
+  // so under another code (the CPU plugin fails a program whose output it
+  // cannot allocate, at its completion event, as INTERNAL "Error dispatching
+  // computation: Out of memory allocating N bytes").
+  bool out_of_memory() const;
 
  private:
   std::string call_;

@@ -1,9 +1,12 @@
 """The tpu device: registration, torch.tpu, generated methods, seeding."""
 
+import os
+
 import pytest
 import torch
 
 import torch_tpu
+from conftest import run_python
 from torch_tpu.api import tpu_device
 
 
@@ -192,6 +195,66 @@ def test_device_works_under_a_virtual_memory_limit():
                        preexec_fn=limit_memory)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[0.0, 2.0, 4.0, 6.0, 8.0, 10.0]"
+
+
+OOM_PROGRAM = r"""
+import json, resource, sys, torch, torch_tpu
+x = torch.arange(4.0, device="tpu")
+host = torch.ones(2**29)  # 2 GiB, made before the limit
+(x * 2 + 1).cpu()  # the device started, the check's program compiled
+def vm_bytes():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmSize"):
+            return int(line.split()[1]) * 1024
+limit = vm_bytes() + (1 << 30)  # 1 GiB more address space than the process has mapped
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+GiB = 2**30 // 4  # float32 elements
+cases = {
+    "randn 4 GiB": lambda: torch.randn(4 * GiB, device="tpu")[:4].cpu(),
+    "randn 64 GiB": lambda: torch.randn(64 * GiB, device="tpu").sum().item(),
+    "zeros 4 GiB": lambda: torch.zeros(4 * GiB, device="tpu")[:4].cpu(),
+    "empty 4 GiB, written": lambda: torch.empty(4 * GiB, device="tpu").add_(1)[:4].cpu(),
+    "empty of a huge size": lambda: torch.empty(2**42, device="tpu"),
+    "host to tpu": lambda: host.to("tpu")[:4].cpu(),
+    "host to tpu, converted": lambda: host.to("tpu", torch.float64)[:4].cpu(),
+    "synchronize": lambda: (torch.randn(4 * GiB, device="tpu"), torch.tpu.synchronize()),
+}
+out = {}
+for name, fn in cases.items():
+    try:
+        fn()
+        out[name] = ["no error", ""]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e)]
+    try:
+        torch.tpu.synchronize()  # a failed program is reported once more here, as any program's failure
+    except torch.OutOfMemoryError:
+        pass
+    out[name].append((x * 2 + 1).cpu().tolist())
+out["num_ooms"] = torch.tpu.memory_stats()["num_ooms"]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc/self/status")
+def test_running_out_of_memory_is_out_of_memory_error_and_the_process_goes_on():
+    """Under an address-space limit, every way the plugin or a host allocation runs out of memory
+    raises torch.OutOfMemoryError naming the size and the device; the next op gives right values."""
+    import json
+
+    r = run_python(OOM_PROGRAM, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    sizes = {"randn 4 GiB": "4.00 GiB", "randn 64 GiB": "64.00 GiB", "zeros 4 GiB": "4.00 GiB",
+             "empty 4 GiB, written": "4.00 GiB", "empty of a huge size": "17592186044416 bytes",
+             "host to tpu": "2.00 GiB", "host to tpu, converted": "4294967296 bytes",
+             "synchronize": "4.00 GiB"}
+    for name, size in sizes.items():
+        kind, message, after = out[name]
+        assert kind == "OutOfMemoryError", (name, kind, message)
+        assert "tpu:0" in message and size in message, (name, message)
+        assert after == [1.0, 3.0, 5.0, 7.0], name
+    assert out["num_ooms"] >= len(sizes)
 
 
 def test_pinned_host_memory_is_pinned_and_transfers():
