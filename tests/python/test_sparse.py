@@ -1,0 +1,427 @@
+"""Sparse COO and CSR tensors on tpu against CPU: construction, copies
+between devices, coalescing, arithmetic, matrix products, sums, sparse
+embedding gradients and the optimizers that take them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torch_tpu
+
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse (invariant checks|CSR tensor support):UserWarning")
+
+TPU = "tpu"
+# (size, sparse_dim): matrices, a hybrid tensor (dense trailing dims), 3 sparse dims
+SHAPES = [((7, 5), 2), ((6, 3, 2), 1), ((4, 3, 5), 3)]
+
+
+def rand_coo(size, sparse_dim, nnz, dtype=torch.float32, seed=0):
+    """An uncoalesced CPU COO tensor: unsorted indices with duplicates."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.stack([torch.randint(0, n, (nnz,), generator=g) for n in size[:sparse_dim]]) \
+        if sparse_dim else torch.zeros((0, nnz), dtype=torch.int64)
+    if nnz > 2:
+        idx[:, -1] = idx[:, 0]  # a duplicate for sure
+    values = torch.randn((nnz,) + tuple(size[sparse_dim:]), generator=g, dtype=torch.float64).to(dtype)
+    return torch.sparse_coo_tensor(idx, values, size)
+
+
+def tol(dtype):
+    return dict(rtol=1.6e-2, atol=1e-2) if dtype == torch.bfloat16 else \
+        dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+
+
+def same_coo(got, want, coalesced_values=True, **kw):
+    """Same layout, size, dtype, dims, coalescing flag; same entries (after
+    coalescing both when ``coalesced_values``, else exactly as stored)."""
+    assert got.device.type == TPU and got.layout == torch.sparse_coo
+    assert (got.shape, got.dtype, got.is_coalesced()) == (want.shape, want.dtype, want.is_coalesced())
+    assert (got.sparse_dim(), got.dense_dim()) == (want.sparse_dim(), want.dense_dim())
+    assert got._indices().device.type == TPU and got._values().device.type == TPU
+    g, w = got.cpu(), want
+    assert g.is_coalesced() == w.is_coalesced()
+    if coalesced_values:
+        g, w = g.coalesce(), w.coalesce()
+    else:
+        assert g._nnz() == w._nnz()
+    assert torch.equal(g._indices(), w._indices())
+    torch.testing.assert_close(g._values(), w._values(), **(kw or tol(want.dtype)))
+
+
+def same_dense(got, want, **kw):
+    assert got.device.type == TPU and got.layout == torch.strided
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    torch.testing.assert_close(got.cpu(), want, **(kw or tol(want.dtype)))
+
+
+# ---------------------------------------------------------------- construction
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_construction_and_copies_keep_cpu_entries(size, sparse_dim, dtype):
+    a = rand_coo(size, sparse_dim, 9, dtype)
+    i, v = a._indices(), a._values()
+    for t in (torch.sparse_coo_tensor(i, v, size, device=TPU),
+              torch.sparse_coo_tensor(i.to(TPU), v.to(TPU), size),
+              a.to(TPU), a.tpu()):
+        same_coo(t, a, coalesced_values=False)
+        assert t._nnz() == 9 and not t.is_coalesced()
+        back = t.cpu()
+        assert back.device.type == "cpu" and torch.equal(back._indices(), i) and torch.equal(back._values(), v)
+    # size inferred from the indices, as on CPU
+    same_coo(torch.sparse_coo_tensor(i.to(TPU), v.to(TPU)), torch.sparse_coo_tensor(i, v), coalesced_values=False)
+    c = a.coalesce()
+    same_coo(c.to(TPU), c, coalesced_values=False)  # the flag travels
+    x = a.to_dense()
+    same_coo(x.to(TPU).to_sparse(), x.to_sparse(), coalesced_values=False)
+    same_coo(x.to(TPU).to_sparse(sparse_dim), x.to_sparse(sparse_dim), coalesced_values=False)
+    same_dense(a.to(TPU).to_dense(), x)
+    with pytest.raises(RuntimeError, match="uncoalesced"):
+        a.to(TPU).indices()
+
+
+def test_empty_and_single_entry_tensors():
+    for nnz in (0, 1):
+        a = rand_coo((4, 3), 2, nnz)
+        t = a.to(TPU)
+        same_coo(t, a, coalesced_values=False)
+        same_coo(t.coalesce(), a.coalesce(), coalesced_values=False)
+        same_dense(t.to_dense(), a.to_dense())
+        same_coo(t + t, a + a)
+        same_dense(torch.sparse.mm(t, torch.ones(3, 2, device=TPU)), torch.sparse.mm(a, torch.ones(3, 2)))
+    z = torch.zeros(3, 4)
+    same_coo(z.to(TPU).to_sparse(), z.to_sparse(), coalesced_values=False)
+    e = torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.long), torch.zeros(0), (2, 3), device=TPU)
+    assert e._nnz() == 0 and e.is_coalesced()
+
+
+def test_metadata_and_clone():
+    a = rand_coo((6, 3, 2), 1, 5)
+    t = a.to(TPU)
+    assert (t.sparse_dim(), t.dense_dim(), t._nnz(), t.is_sparse) == (1, 2, 5, True)
+    c = t.clone()
+    same_coo(c, a, coalesced_values=False)
+    c._values().zero_()  # a copy: t unchanged
+    same_coo(t, a, coalesced_values=False)
+    z = t.clone().zero_()
+    assert z._nnz() == 0 and z.shape == t.shape
+    s = torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.long), torch.zeros(0, 3, 2), (6, 3, 2), device=TPU)
+    s.copy_(a)  # copy_ from CPU into a tpu sparse tensor
+    same_coo(s, a, coalesced_values=False)
+
+
+# ---------------------------------------------------------------- coalescing
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_coalesce_sums_duplicates_in_cpu_order(size, sparse_dim, dtype):
+    a = rand_coo(size, sparse_dim, 30, dtype, seed=1)
+    t = a.to(TPU)
+    c, w = t.coalesce(), a.coalesce()
+    same_coo(c, w, coalesced_values=False)  # the same stored entries, not only the same tensor
+    assert torch.equal(c.indices().cpu(), w.indices())
+    torch.testing.assert_close(c.values().cpu(), w.values(), **tol(dtype))
+    assert not t.is_coalesced()  # coalesce is out of place
+    assert c.coalesce() is c
+
+
+def test_coalesce_bfloat16_against_float64():
+    a = rand_coo((9, 4), 2, 40, torch.float64, seed=2)
+    got = a.to(torch.bfloat16).to(TPU).coalesce()
+    assert got.dtype == torch.bfloat16 and got.is_coalesced()
+    want = a.to(torch.bfloat16).to(torch.float64).coalesce()
+    assert torch.equal(got._indices().cpu(), want._indices())
+    torch.testing.assert_close(got._values().cpu().double(), want._values(), rtol=2e-2, atol=2e-2)
+
+
+def test_device_ops_read_the_host_only_for_data_dependent_sizes():
+    if torch_tpu.get_execution_mode() == "debug":
+        pytest.skip("debug eager verifies each index check at its op (a read each)")
+    t = rand_coo((7, 5), 2, 12).to(TPU)
+    d = torch.randn(7, 5, device=TPU)
+    m = torch.randn(5, 3, device=TPU)
+    torch.tpu.synchronize()
+
+    def reads(f):
+        before = torch_tpu.counters()["host_reads"]
+        f()
+        return torch_tpu.counters()["host_reads"] - before
+
+    assert reads(lambda: t.coalesce()) == 1  # the nnz
+    for f in (lambda: t.to_dense(), lambda: d + t, lambda: d.add_(t), lambda: torch.sparse.mm(t, m),
+              lambda: t * 2.5, lambda: t + t, lambda: d.sparse_mask(t), lambda: d * t):
+        assert reads(f) == 0
+
+
+# ---------------------------------------------------------------- arithmetic
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+@pytest.mark.parametrize("coalesce", [(False, False), (True, False), (True, True)], ids=str)
+def test_add_and_sub(size, sparse_dim, coalesce):
+    a, b = rand_coo(size, sparse_dim, 10, seed=3), rand_coo(size, sparse_dim, 7, seed=4)
+    a = a.coalesce() if coalesce[0] else a
+    b = b.coalesce() if coalesce[1] else b
+    ta, tb = a.to(TPU), b.to(TPU)
+    same_coo(ta + tb, a + b)
+    same_coo(torch.add(ta, tb, alpha=0.5), torch.add(a, b, alpha=0.5))
+    same_coo(ta - tb, a - b)
+    d = torch.randn(size)
+    same_dense(d.to(TPU) + ta, d + a)
+    same_dense(torch.add(d.to(TPU), ta, alpha=-2), torch.add(d, a, alpha=-2))
+    same_dense(d.to(TPU) - ta, d - a)
+    x = d.to(TPU)
+    x.add_(ta, alpha=3)
+    same_dense(x, d.clone().add_(a, alpha=3))
+    y = ta.clone()
+    y.add_(tb)
+    z = a.clone()
+    z.add_(b)
+    same_coo(y, z)
+    with pytest.raises(RuntimeError, match=r"add\(sparse, dense\) is not supported"):
+        ta + d.to(TPU)
+
+
+def test_add_promotes_dtypes():
+    a, b = rand_coo((5, 4), 2, 6), rand_coo((5, 4), 2, 6, torch.float64, seed=1)
+    same_coo(a.to(TPU) + b.to(TPU), a + b)
+    d = torch.randn(5, 4, dtype=torch.float64)
+    same_dense(d.to(TPU) + a.to(TPU), d + a)
+
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+def test_mul_div_neg_pow(size, sparse_dim):
+    a = rand_coo(size, sparse_dim, 10, seed=5)
+    t = a.to(TPU)
+    for c in (a, a.coalesce()):
+        tc = c.to(TPU)
+        same_coo(tc * 2.5, c * 2.5)
+        same_coo(3 * tc, 3 * c)
+        same_coo(tc * torch.tensor(-2.0, device=TPU), c * torch.tensor(-2.0))
+        same_coo(tc / 4, c / 4)
+        same_coo(-tc, -c)
+    same_coo(t.coalesce() ** 2, a.coalesce() ** 2)
+    d = torch.randn(size)
+    same_coo(d.to(TPU) * t, d * a)
+    same_coo(t * d.to(TPU), a * d)
+    b = rand_coo(size, sparse_dim, 12, seed=6)
+    got, want = t * b.to(TPU), a * b
+    # (CPU's product of uncoalesced operands keeps explicit zeros where they
+    # do not intersect; the tensors are equal)
+    assert got.is_coalesced() == want.is_coalesced() and got.dtype == want.dtype
+    same_dense(got.to_dense(), want.to_dense())
+    same_coo(t.coalesce() * b.coalesce().to(TPU), a.coalesce() * b.coalesce())
+    x, y = t.clone(), a.clone()
+    x.mul_(0.5)
+    y.mul_(0.5)
+    same_coo(x, y)
+
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+def test_index_select(size, sparse_dim):
+    a = rand_coo(size, sparse_dim, 12, seed=7)
+    for c in (a, a.coalesce()):
+        for dim in range(len(size)):
+            index = torch.tensor([size[dim] - 1, 0, size[dim] - 1, 1 % size[dim]])
+            got, want = c.to(TPU).index_select(dim, index.to(TPU)), c.index_select(dim, index)
+            same_coo(got, want)
+            assert got._nnz() == want._nnz()
+
+
+def test_sparse_mask():
+    a = rand_coo((6, 5), 2, 9, seed=8)
+    d = torch.randn(6, 5)
+    for m in (a, a.coalesce()):
+        same_coo(d.to(TPU).sparse_mask(m.to(TPU)), d.sparse_mask(m), coalesced_values=False)
+    h = rand_coo((6, 3, 2), 1, 5, seed=9)
+    d = torch.randn(6, 3, 2)
+    same_coo(d.to(TPU).sparse_mask(h.coalesce().to(TPU)), d.sparse_mask(h.coalesce()), coalesced_values=False)
+
+
+@pytest.mark.parametrize("size,sparse_dim", SHAPES, ids=str)
+def test_sparse_sum(size, sparse_dim):
+    a = rand_coo(size, sparse_dim, 15, torch.float64, seed=10)
+    t = a.to(TPU)
+    same_dense(torch.sparse.sum(t), torch.sparse.sum(a))
+    for dim in [0, len(size) - 1, (0, 1)]:
+        got, want = torch.sparse.sum(t, dim), torch.sparse.sum(a, dim)
+        if want.layout == torch.sparse_coo:
+            same_coo(got, want, coalesced_values=False)
+        else:
+            same_dense(got, want)
+
+
+# ---------------------------------------------------------------- matrix products
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_sparse_mm_and_addmm(dtype):
+    a = rand_coo((7, 5), 2, 14, dtype, seed=11)
+    m = torch.randn(5, 3, dtype=dtype)
+    t, tm = a.to(TPU), m.to(TPU)
+    for c, tc in ((a, t), (a.coalesce(), t.coalesce())):
+        same_dense(torch.sparse.mm(tc, tm), torch.sparse.mm(c, m))
+        same_dense(tc @ tm, c @ m)
+        same_dense(torch.mm(tc, tm), torch.mm(c, m))
+    s = torch.randn(7, 3, dtype=dtype)
+    same_dense(torch.sparse.addmm(s.to(TPU), t, tm, beta=0.5, alpha=2), torch.sparse.addmm(s, a, m, beta=0.5, alpha=2))
+    bias = torch.randn(3, dtype=dtype)
+    same_dense(torch.addmm(bias.to(TPU), t, tm), torch.addmm(bias, a, m))
+    nan = torch.full((7, 3), float("nan"), dtype=dtype)
+    same_dense(torch.addmm(nan.to(TPU), t, tm, beta=0), torch.addmm(nan, a, m, beta=0))
+    e = torch.randn(4, 7, dtype=dtype)
+    same_dense(torch.mm(e.to(TPU), t), torch.mm(e, a))  # dense @ sparse
+
+
+def test_sparse_mm_bfloat16_against_float64():
+    a = rand_coo((16, 12), 2, 40, torch.float64, seed=12)
+    m = torch.randn(12, 8, dtype=torch.float64)
+    a16, m16 = a.to(torch.bfloat16), m.to(torch.bfloat16)
+    got = torch.sparse.mm(a16.to(TPU), m16.to(TPU))
+    assert got.dtype == torch.bfloat16
+    want = torch.sparse.mm(a16.double(), m16.double())
+    torch.testing.assert_close(got.cpu().double(), want, rtol=2e-2, atol=5e-2)
+
+
+# ---------------------------------------------------------------- CSR
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_csr_construction_to_dense_and_mm(dtype):
+    x = torch.randn(6, 5, dtype=dtype)
+    x[x.abs() < 0.7] = 0
+    x[2] = 0  # an empty row
+    csr = x.to_sparse_csr()
+    for t in (x.to(TPU).to_sparse_csr(),
+              torch.sparse_csr_tensor(csr.crow_indices(), csr.col_indices(), csr.values(), x.shape, device=TPU),
+              csr.to(TPU),
+              x.to_sparse().to(TPU).to_sparse_csr()):
+        assert t.layout == torch.sparse_csr and t.device.type == TPU and t.values().device.type == TPU
+        assert t._nnz() == csr._nnz() and t.dtype == dtype
+        assert torch.equal(t.crow_indices().cpu(), csr.crow_indices())
+        assert torch.equal(t.col_indices().cpu(), csr.col_indices())
+        assert torch.equal(t.values().cpu(), csr.values())
+        same_dense(t.to_dense(), x)
+        back = t.cpu()
+        assert back.layout == torch.sparse_csr and torch.equal(back.to_dense(), x)
+        m = torch.randn(5, 3, dtype=dtype)
+        same_dense(t @ m.to(TPU), csr @ m)
+        same_dense(torch.sparse.mm(t, m.to(TPU)), torch.sparse.mm(csr, m))
+        s = torch.randn(6, 3, dtype=dtype)
+        same_dense(torch.addmm(s.to(TPU), t, m.to(TPU), beta=0.5, alpha=-1), torch.addmm(s, csr, m, beta=0.5, alpha=-1))
+
+
+# ---------------------------------------------------------------- embeddings
+
+def dense_grad(g):
+    return g.coalesce().to_dense().cpu()
+
+
+def same_grad(got, want):
+    """A sparse gradient on tpu equal to CPU's: flag, and after coalescing
+    the same indices and values."""
+    assert got.is_sparse and got.device.type == TPU
+    same_coo(got, want)
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2], ids=str)
+def test_embedding_sparse_gradient_and_accumulation(padding_idx):
+    emb = torch.nn.Embedding(12, 4, sparse=True, padding_idx=padding_idx)
+    et = copy.deepcopy(emb).to(TPU)
+    idx = torch.tensor([[1, 2, 1, 7], [3, 1, 0, 11]])
+    emb(idx).pow(2).sum().backward()
+    et(idx.to(TPU)).pow(2).sum().backward()
+    same_grad(et.weight.grad, emb.weight.grad)
+    assert torch.equal(et.weight.grad._indices().cpu(), emb.weight.grad._indices())  # the same entries, unsorted
+    idx2 = torch.tensor([5, 1, 2, 2])  # a second backward accumulates: sparse + sparse
+    emb(idx2).sum().backward()
+    et(idx2.to(TPU)).sum().backward()
+    same_grad(et.weight.grad, emb.weight.grad)
+
+
+@pytest.mark.parametrize("mode,psw", [("sum", False), ("sum", True), ("mean", False)], ids=str)
+@pytest.mark.parametrize("padding_idx", [None, 0], ids=str)
+@pytest.mark.parametrize("include_last_offset", [False, True], ids=str)
+def test_embedding_bag_sparse_gradient(mode, psw, padding_idx, include_last_offset):
+    bag = torch.nn.EmbeddingBag(10, 3, mode=mode, sparse=True, padding_idx=padding_idx,
+                                include_last_offset=include_last_offset)
+    bt = copy.deepcopy(bag).to(TPU)
+    inp = torch.tensor([1, 2, 0, 4, 5, 4, 3, 0, 9])
+    offsets = torch.tensor([0, 3, 3, 6, 9] if include_last_offset else [0, 3, 3, 6])
+    w = torch.rand(9) if psw else None
+    g = torch.Generator().manual_seed(0)
+    up = torch.randn(4, 3, generator=g)
+    (bag(inp, offsets, per_sample_weights=w) * up).sum().backward()
+    tw = None if w is None else w.to(TPU)
+    (bt(inp.to(TPU), offsets.to(TPU), per_sample_weights=tw) * up.to(TPU)).sum().backward()
+    same_grad(bt.weight.grad, bag.weight.grad)
+
+
+def test_embedding_bag_2d_input_sparse_gradient():
+    bag = torch.nn.EmbeddingBag(10, 3, mode="mean", sparse=True)
+    bt = copy.deepcopy(bag).to(TPU)
+    inp = torch.tensor([[1, 2, 3], [4, 4, 0]])
+    bag(inp).sum().backward()
+    bt(inp.to(TPU)).sum().backward()
+    same_grad(bt.weight.grad, bag.weight.grad)
+
+
+def test_dense_embedding_bag_backward_still_refuses_double_backward():
+    bag = torch.nn.EmbeddingBag(10, 3, mode="sum").to(TPU)
+    x = torch.randn(2, 3, device=TPU, requires_grad=True)
+    out = (bag(torch.tensor([1, 2, 0, 4], device=TPU), torch.tensor([0, 2], device=TPU)) * x).sum()
+    (g,) = torch.autograd.grad(out, bag.weight, create_graph=True)
+    with pytest.raises(RuntimeError, match="derivative for '_embedding_bag_backward' is not implemented"):
+        g.pow(2).sum().backward()
+
+
+# ---------------------------------------------------------------- optimizers
+
+def _train(make_opt, device, clip, steps=3):
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(20, 4, sparse=True).to(device)
+    bag = torch.nn.EmbeddingBag(15, 4, mode="sum", sparse=True).to(device)
+    lin = torch.nn.Linear(4, 1).to(device)
+    opts = make_opt(list(emb.parameters()) + list(bag.parameters()), list(lin.parameters()))
+    params = list(emb.parameters()) + list(bag.parameters()) + list(lin.parameters())
+    norms = []
+    for s in range(steps):
+        idx = (torch.tensor([[1, 2, 1, 7], [3, 1, 0, 19]]) + s) % 20
+        bi = (torch.tensor([1, 4, 4, 14, 0, 2]) + s) % 15
+        for o in opts:
+            o.zero_grad()
+        out = lin(emb(idx.to(device))).pow(2).sum() + lin(bag(bi.to(device), torch.tensor([0, 2, 5], device=device))).sum()
+        out.backward()
+        if clip:
+            if device == "cpu":  # CPU's clip_grad_norm_ refuses sparse gradients: clip their dense equivalents
+                sparse = [(p, p.grad.coalesce()) for p in params if p.grad.is_sparse]
+                for p, g in sparse:
+                    p.grad = g.to_dense()
+                norms.append(torch.nn.utils.clip_grad_norm_(params, 0.5))
+                for p, g in sparse:
+                    p.grad = p.grad.sparse_mask(g)
+            else:
+                assert emb.weight.grad.is_sparse
+                norms.append(torch.nn.utils.clip_grad_norm_(params, 0.5).cpu())
+        for o in opts:
+            o.step()
+    return [p.detach().cpu() for p in params], norms
+
+
+OPTIMIZERS = {
+    "sgd": lambda sp, dn: [torch.optim.SGD(sp + dn, lr=0.1)],
+    "sgd_momentum": lambda sp, dn: [torch.optim.SGD(sp + dn, lr=0.1, momentum=0.9, dampening=0.1)],
+    "adagrad": lambda sp, dn: [torch.optim.Adagrad(sp + dn, lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)],
+    "sparse_adam": lambda sp, dn: [torch.optim.SparseAdam(sp, lr=0.1), torch.optim.Adam(dn, lr=0.1)],
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("clip", [False, True], ids=["noclip", "clip_grad_norm"])
+def test_optimizers_take_sparse_gradients_as_on_cpu(name, clip):
+    want, want_norms = _train(OPTIMIZERS[name], "cpu", clip)
+    got, got_norms = _train(OPTIMIZERS[name], TPU, clip)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got_norms, want_norms):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,531 @@
+"""Sparse COO and CSR tensors on tpu (dispatch keys SparsePrivateUse1 and
+SparseCsrPrivateUse1).
+
+A sparse tpu tensor is PyTorch's own SparseTensorImpl (or
+SparseCsrTensorImpl) whose indices and values are dense tpu tensors. Two
+kinds of kernels serve it:
+
+- PyTorch's kernels that only touch metadata or call other ops (creation,
+  ``_nnz``, ``_indices``, ``is_coalesced``, ``copy_sparse_to_sparse_``,
+  ``clone``, ``sub``...) are registered for SparseCPU, SparseCUDA and
+  SparseMeta alike; they are reused here by redispatching to the SparseCPU
+  entry, whose code is device-generic.
+- The kernels whose CPU versions loop over the data on the host
+  (``_coalesce``, sparse ``add``, ``mul``, ``addmm``, ``index_select``,
+  ``sparse_mask``, dense <-> sparse conversions) are written here in dense
+  tpu ops (sort, cumsum, scatter, index_add, index_put with accumulate), so
+  each runs as device programs. Where a result's size depends on the data
+  (nnz after coalescing, the nonzeros of a dense tensor) it is read from the
+  device once, as CPU's and CUDA's kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_lib = None
+_SPARSE_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCPU)
+_SPARSE_CSR_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCsrCPU)
+
+# SparseCPU kernels whose code is device-generic (metadata, or calls that
+# dispatch again): the same C++ function PyTorch registers for SparseCPU,
+# SparseCUDA and SparseMeta.
+_COO_GENERIC = (
+    "_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors",
+    "_nnz", "_indices", "_values", "_dimI", "_dimV", "sparse_dim", "dense_dim",
+    "is_coalesced", "_coalesced_", "indices", "values", "copy_sparse_to_sparse_",
+    "sparse_resize_", "sparse_resize_and_clear_", "resize_as_sparse_", "zero_",
+    "empty.memory_format", "empty_like", "clone", "sum", "copy_",
+    "sub.Tensor", "sub_.Tensor", "sub.out", "mm",
+    "neg", "neg_", "neg.out", "pow.Tensor_Scalar", "pow.Tensor_Scalar_out",
+)
+_CSR_GENERIC = (
+    "crow_indices", "col_indices", "values", "_nnz", "sparse_dim", "dense_dim",
+    "empty.memory_format", "empty_like", "clone", "mm",
+)
+
+
+def _op(name: str):
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
+
+
+def _redispatch(name: str, keyset):
+    op = _op(name)
+    return lambda *args, **kwargs: op.redispatch(keyset, *args, **kwargs)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _coo(indices, values, size, coalesced):
+    return torch.ops.aten._sparse_coo_tensor_with_dims_and_tensors(
+        indices.shape[0], values.dim() - 1, list(size), indices, values,
+        dtype=values.dtype, layout=torch.sparse_coo, device=values.device, is_coalesced=coalesced)
+
+
+def _flatten(indices, sizes):
+    """Row-major linear index of each column of ``indices`` in ``sizes``
+    (at::sparse::flatten_indices)."""
+    lin = torch.zeros(indices.shape[1], dtype=torch.int64, device=indices.device)
+    stride = 1
+    for d in range(len(sizes) - 1, -1, -1):
+        lin = lin + indices[d].to(torch.int64) * stride
+        stride *= sizes[d]
+    return lin
+
+
+def _set(out, result):
+    """Make ``out`` (an out= argument) equal to ``result``."""
+    if out.is_sparse:
+        return out.copy_(result)
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
+def _segments(keys):
+    """For sorted ``keys``: each element's segment number (equal keys share
+    one) and the number of segments (one host read, the data-dependent size)."""
+    n = keys.shape[0]
+    new = torch.ones(n, dtype=torch.bool, device=keys.device)
+    if n > 1:
+        new[1:] = keys[1:] != keys[:-1]
+    seg = torch.cumsum(new.to(torch.int64), 0) - 1
+    return seg, int(seg[-1]) + 1
+
+
+def _sum_by_key(keys, indices, values, size, stable=True):
+    """Sorted unique keys with their columns of ``indices`` and the sums of
+    their ``values``: a coalesced COO tensor."""
+    sorted_keys, perm = torch.sort(keys, stable=stable)
+    seg, n = _segments(sorted_keys)
+    sd = indices.shape[0]
+    new_indices = torch.zeros((sd, n), dtype=indices.dtype, device=indices.device)
+    if sd:
+        new_indices.scatter_(1, seg.unsqueeze(0).expand(sd, -1), indices.index_select(1, perm))
+    new_values = values.new_zeros((n,) + tuple(values.shape[1:]))
+    new_values.index_add_(0, seg, values.index_select(0, perm))
+    return _coo(new_indices, new_values, size, True)
+
+
+# ---------------------------------------------------------------- COO kernels
+
+def coalesce(self):
+    """CPU's _coalesce_sparse_cpu: duplicates summed, indices sorted."""
+    nnz = self._nnz()
+    indices, values = self._indices(), self._values()
+    if nnz < 2:
+        return _coo(indices.clone(), values.clone(), self.shape, True)
+    sd = self.sparse_dim()
+    return _sum_by_key(_flatten(indices, self.shape[:sd]), indices, values, self.shape)
+
+
+def _scatter_dense(dense, sparse, alpha):
+    """dense += alpha * sparse, in place (duplicates accumulate)."""
+    indices, values = sparse._indices(), sparse._values().to(dense.dtype)
+    if sparse._nnz() == 0:
+        return dense
+    if not (isinstance(alpha, (int, float, bool)) and alpha == 1):
+        values = values * alpha
+    if sparse.sparse_dim() == 0:
+        return dense.add_(values.sum(0))
+    return dense.index_put_(tuple(indices), values, accumulate=True)
+
+
+def _check_same_size(a, b, what="add"):
+    torch._check(a.shape == b.shape,
+                 lambda: f"{what}: expected 'self' and 'other' to have same size, but self has size "
+                         f"{list(a.shape)} while other has size {list(b.shape)}")
+
+
+def _add(self, other, alpha):
+    if not self.is_sparse:
+        torch._check(not other.is_sparse_csr, lambda: "add(dense, sparse_csr) is not supported")
+        _check_same_size(self, other)
+        common = torch.result_type(self, other)
+        return _scatter_dense(self.to(common, copy=True), other, alpha)
+    torch._check(other.is_sparse, lambda: "add(sparse, dense) is not supported. Use add(dense, sparse) instead.")
+    torch._check(self.shape == other.shape,
+                 lambda: f"add: expected sizes of 'self' and 'other' to match, but {list(self.shape)} != "
+                         f"{list(other.shape)}")
+    common = torch.promote_types(self.dtype, other.dtype)
+    if other._nnz() == 0:
+        return _coo(self._indices().clone(), self._values().to(common, copy=True), self.shape, self.is_coalesced())
+    if self._nnz() == 0:
+        return _coo(other._indices().clone(), other._values().to(common) * alpha, self.shape, other.is_coalesced())
+    torch._check(self.sparse_dim() == other.sparse_dim(),
+                 lambda: f"add: expected 'self' and 'other' to have same density, but 'self' has "
+                         f"{self.sparse_dim()} sparse dimensions while 'other' has {other.sparse_dim()} "
+                         "sparse dimensions")
+    ov = other._values().to(common)
+    if not (isinstance(alpha, (int, float, bool)) and alpha == 1):
+        ov = ov * alpha
+    indices = torch.cat([self._indices(), other._indices()], 1)
+    values = torch.cat([self._values().to(common), ov], 0)
+    if self.is_coalesced() and other.is_coalesced():
+        # CPU merges the two sorted lists; the merge of sorted unique keys is
+        # their sorted union with common keys summed.
+        sd = self.sparse_dim()
+        return _sum_by_key(_flatten(indices, self.shape[:sd]), indices, values, self.shape)
+    # Uncoalesced operands: the concatenation (CUDA's result; CPU's equals it
+    # after coalescing).
+    return _coo(indices, values, self.shape, False)
+
+
+def add(self, other, *, alpha=1):
+    return _add(self, other, alpha)
+
+
+def add_(self, other, *, alpha=1):
+    if not self.is_sparse:
+        _check_same_size(self, other)
+        return _scatter_dense(self, other, alpha)
+    return self.copy_(_add(self, other, alpha))
+
+
+def add_out(self, other, *, alpha=1, out):
+    if out is self and not self.is_sparse:
+        return add_(self, other, alpha=alpha)
+    return _set(out, _add(self, other, alpha))
+
+
+def to_dense(self, dtype=None, masked_grad=None):
+    torch._check(dtype is None, lambda: "dtype argument is not supported by sparse_to_dense")
+    dense = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+    return _scatter_dense(dense, self, 1)
+
+
+def dense_to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=None):
+    """CPU's dense_to_sparse: the nonzero positions of the first sparse_dim
+    dimensions in row-major order, coalesced."""
+    if layout is not None and layout != torch.sparse_coo:
+        torch._check(layout == torch.sparse_csr, lambda: f"to_sparse: layout {layout} is not supported on tpu")
+        return dense_to_csr(self, dense_dim)
+    if sparse_dim is None:
+        sparse_dim = self.dim() - (dense_dim or 0)
+    torch._check(0 <= sparse_dim <= self.dim(),
+                 lambda: f"sparse_dim argument must be in [0,{self.dim()}] range, but {sparse_dim} is given")
+    if sparse_dim == 0:
+        return _coo(torch.zeros((0, 1), dtype=torch.int64, device=self.device), self.unsqueeze(0).clone(),
+                    self.shape, True)
+    nz = self != 0
+    if sparse_dim < self.dim():
+        nz = nz.flatten(sparse_dim).any(sparse_dim)
+    indices = torch.nonzero(nz).t().contiguous()
+    values = self[tuple(indices)] if indices.shape[1] else self.new_zeros((0,) + tuple(self.shape[sparse_dim:]))
+    return _coo(indices, values.contiguous(), self.shape, True)
+
+
+def to_sparse_default(self, *, layout=None, blocksize=None, dense_dim=None):
+    return dense_to_sparse(self, layout=layout, blocksize=blocksize, dense_dim=dense_dim)
+
+
+def to_sparse_dim(self, sparse_dim):
+    return dense_to_sparse(self, sparse_dim)
+
+
+def _is_one(x):
+    return isinstance(x, (int, float, bool)) and x == 1
+
+
+def _mul_sparse_sparse(self, other):
+    """The intersection of two COO tensors, products of matching entries."""
+    torch._check(self.shape == other.shape and self.sparse_dim() == other.sparse_dim(),
+                 lambda: f"mul(sparse, sparse): operands have incompatible sizes {list(self.shape)} and "
+                         f"{list(other.shape)}")
+    coalesced = self.is_coalesced() and other.is_coalesced()
+    a, b = self.coalesce(), other.coalesce()
+    common = torch.promote_types(a.dtype, b.dtype)
+    sd = a.sparse_dim()
+    if a._nnz() == 0 or b._nnz() == 0:
+        return _coo(a._indices()[:, :0].clone(), a._values()[:0].to(common), a.shape, coalesced)
+    la, lb = _flatten(a._indices(), a.shape[:sd]), _flatten(b._indices(), b.shape[:sd])
+    pos = torch.searchsorted(lb, la).clamp(max=lb.shape[0] - 1)
+    keep = torch.nonzero(lb[pos] == la).squeeze(1)
+    values = a._values().index_select(0, keep).to(common) * b._values().index_select(0, pos[keep]).to(common)
+    return _coo(a._indices().index_select(1, keep), values, a.shape, coalesced)
+
+
+def _mul(self, other):
+    # (A Python number arrives as itself, not as a wrapped 0-dim tensor.)
+    if not isinstance(other, torch.Tensor):
+        return _coo(self._indices().clone(), self._values() * other, self.shape, self.is_coalesced())
+    if not isinstance(self, torch.Tensor):
+        return _coo(other._indices().clone(), self * other._values(), other.shape, other.is_coalesced())
+    if self.is_sparse and other.is_sparse:
+        return _mul_sparse_sparse(self, other)
+    s, d = (self, other) if self.is_sparse else (other, self)
+    if d.dim() == 0:
+        values = s._values() * d if s is self else d * s._values()
+        return _coo(s._indices().clone(), values, s.shape, s.is_coalesced())
+    torch._check(torch.broadcast_shapes(d.shape, s.shape) == s.shape,
+                 lambda: f"mul(sparse, dense): the dense operand's size {list(d.shape)} must broadcast to "
+                         f"the sparse operand's {list(s.shape)}")
+    sd = s.sparse_dim()
+    picked = d.expand(s.shape)[tuple(s._indices())] if sd else d.expand(s.shape).unsqueeze(0)
+    values = s._values() * picked if s is self else picked * s._values()
+    return _coo(s._indices().clone(), values, s.shape, s.is_coalesced())
+
+
+def mul(self, other):
+    return _mul(self, other)
+
+
+def mul_(self, other):
+    if self.is_sparse and (not isinstance(other, torch.Tensor) or (not other.is_sparse and other.dim() == 0)):
+        self._values().mul_(other)
+        return self
+    if not self.is_sparse:  # dense *= sparse: CPU zeroes self and adds the product
+        res = _mul(self, other)
+        return _scatter_dense(self.zero_(), res, 1)
+    return self.copy_(_mul(self, other))
+
+
+def mul_out(self, other, *, out):
+    return _set(out, _mul(self, other))
+
+
+def _div(self, other, rounding_mode=None):
+    torch._check(not isinstance(other, torch.Tensor) or (other.dim() == 0 and not other.is_sparse),
+                 lambda: "Sparse division requires a scalar or zero-dim dense tensor divisor (got shape "
+                         f"{list(other.shape)} for divisor)")
+    values = torch.div(self._values(), other, rounding_mode=rounding_mode)
+    return _coo(self._indices().clone(), values, self.shape, self.is_coalesced())
+
+
+def div(self, other, *, rounding_mode=None):
+    return _div(self, other, rounding_mode)
+
+
+def div_(self, other, *, rounding_mode=None):
+    _div(self, other, rounding_mode)  # (checks)
+    self._values().div_(other, rounding_mode=rounding_mode)
+    return self
+
+
+def div_out(self, other, *, rounding_mode=None, out):
+    return _set(out, _div(self, other, rounding_mode))
+
+
+def index_select(self, dim, index):
+    """CPU's index_select on COO: entries whose index along ``dim`` is in
+    ``index``, once per occurrence, ordered by position in ``index``."""
+    ndim = self.dim()
+    dim = dim + ndim if dim < 0 else dim
+    torch._check(0 <= dim < max(ndim, 1), lambda: f"index_select(): dim {dim} out of range")
+    index = index.reshape(-1).to(device=self.device, dtype=torch.int64)
+    sd = self.sparse_dim()
+    indices, values = self._indices(), self._values()
+    size = list(self.shape)
+    size[dim] = index.shape[0]
+    if dim >= sd:
+        return _coo(indices.clone(), values.index_select(dim - sd + 1, index), size, False)
+    nnz, k = self._nnz(), index.shape[0]
+    if nnz == 0 or k == 0:
+        return _coo(indices[:, :0].clone(), values[:0].clone(), size, False)
+    sorted_index, order = torch.sort(index, stable=True)
+    key = indices[dim]
+    lo = torch.searchsorted(sorted_index, key)
+    count = torch.searchsorted(sorted_index, key, right=True) - lo
+    ends = torch.cumsum(count, 0)
+    total = int(ends[-1])  # the result's nnz
+    if total == 0:
+        return _coo(indices[:, :0].clone(), values[:0].clone(), size, False)
+    j = torch.arange(total, device=self.device)
+    entry = torch.searchsorted(ends, j, right=True)
+    pos = order[lo[entry] + j - (ends - count)[entry]]
+    pos, by_pos = torch.sort(pos, stable=True)
+    entry = entry[by_pos]
+    new_indices = indices.index_select(1, entry)
+    new_indices[dim] = pos
+    return _coo(new_indices, values.index_select(0, entry), size, False)
+
+
+def sparse_mask(self, mask):
+    """``self`` at ``mask``'s indices, with ``mask``'s coalescing flag."""
+    torch._check(mask.shape == self.shape,
+                 lambda: f"sparse_mask(): operands have incompatible sizes; self has size {list(self.shape)} "
+                         f"but mask has size {list(mask.shape)}")
+    if mask._nnz() == 0:
+        return mask.clone().to(self.device, self.dtype)
+    dense = self.to_dense() if self.is_sparse else self
+    sd = mask.sparse_dim()
+    values = dense[tuple(mask._indices())] if sd else dense.unsqueeze(0).expand_as(mask._values())
+    return _coo(mask._indices().clone(), values.contiguous(), self.shape, mask.is_coalesced())
+
+
+def _entries(m):
+    """(rows, cols, values) of a 2-D COO or CSR matrix."""
+    if m.layout == torch.sparse_csr:
+        values = m.values()
+        return _csr_rows(m.crow_indices(), values.shape[0]), m.col_indices(), values
+    torch._check(m.sparse_dim() == 2 and m.dense_dim() == 0,
+                 lambda: f"addmm: matrices expected, got {m.sparse_dim()} sparse dims and {m.dense_dim()} "
+                         "dense dims")
+    i = m._indices()
+    return i[0], i[1], m._values()
+
+
+def _opmath(dtype):
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """beta * self + alpha * (mat1 @ mat2), one operand sparse (COO or CSR):
+    each stored element scales a row of the dense operand, summed by
+    index_add into its output row (or column)."""
+    torch._check(mat1.dim() == 2 and mat2.dim() == 2,
+                 lambda: f"addmm: 2-D matrices expected, got {mat1.dim()}D and {mat2.dim()}D tensors")
+    torch._check(mat1.shape[1] == mat2.shape[0],
+                 lambda: f"mat1 and mat2 shapes cannot be multiplied ({mat1.shape[0]}x{mat1.shape[1]} and "
+                         f"{mat2.shape[0]}x{mat2.shape[1]})")
+    torch._check(mat1.dtype == mat2.dtype,
+                 lambda: f"expected mat1 and mat2 to have the same dtype, but got: {mat1.dtype} != {mat2.dtype}")
+    dtype = mat1.dtype
+    acc_t = _opmath(dtype)
+    m, n = mat1.shape[0], mat2.shape[1]
+    if mat1.layout != torch.strided:
+        rows, cols, vals = _entries(mat1)
+        dense = mat2.to(acc_t)
+        acc = torch.zeros((m, n), dtype=acc_t, device=mat2.device)
+        if vals.shape[0]:
+            acc.index_add_(0, rows, vals.to(acc_t).unsqueeze(1) * dense.index_select(0, cols))
+    else:
+        rows, cols, vals = _entries(mat2)
+        dense = mat1.to(acc_t)
+        acc = torch.zeros((m, n), dtype=acc_t, device=mat1.device)
+        if vals.shape[0]:
+            acc.index_add_(1, cols, dense.index_select(1, rows) * vals.to(acc_t).unsqueeze(0))
+    if not _is_one(alpha):
+        acc = acc * alpha
+    if not (isinstance(beta, (int, float, bool)) and beta == 0):
+        base = self.to_dense() if self.layout != torch.strided else self
+        acc = acc + (base.to(acc_t) if _is_one(beta) else base.to(acc_t) * beta).expand(m, n)
+    return acc.to(dtype)
+
+
+def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
+    return _set(out, addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+
+
+def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+    return self.copy_(addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+
+
+def vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """linalg.vector_norm of a COO tensor (what clip_grad_norm_ asks of a
+    sparse gradient): of its coalesced values when the implicit zeros
+    cannot change it, else of the dense tensor."""
+    if dim is None and not keepdim and ord > 0:
+        return torch.linalg.vector_norm(self.coalesce()._values(), ord, dtype=dtype)
+    return torch.linalg.vector_norm(self.to_dense(), ord, dim, keepdim, dtype=dtype)
+
+
+# ---------------------------------------------------------------- embedding_bag
+
+_BAG_BACKWARD = torch.ops.aten._embedding_bag_backward.default
+
+
+class _BagBackward(torch.autograd.Function):
+    """The dense lowering under a node that refuses double backward, as the
+    autograd kernel this one stands in for does."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        with torch._C._AutoDispatchBelowAutograd():
+            return _BAG_BACKWARD(*args)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("the derivative for '_embedding_bag_backward' is not implemented.")
+
+
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """The autograd kernel of _embedding_bag_backward on tpu: sparse=True
+    takes PyTorch's composite sparse backward (a COO gradient built from
+    dense tpu ops), the dense case the lowering."""
+    if sparse:
+        return torch.ops.aten._embedding_bag_sparse_backward(
+            grad, indices, offsets, offset2bag, bag_size, num_weights, scale_grad_by_freq, mode,
+            per_sample_weights, padding_idx)
+    args = (grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
+            mode, sparse, per_sample_weights, padding_idx)
+    needs_grad = grad.requires_grad or (per_sample_weights is not None and per_sample_weights.requires_grad)
+    if torch.is_grad_enabled() and needs_grad:
+        return _BagBackward.apply(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _BAG_BACKWARD(*args)
+
+
+# ---------------------------------------------------------------- CSR kernels
+
+def dense_to_csr(self, dense_dim=None):
+    torch._check(self.dim() == 2 and not dense_dim,
+                 lambda: "to_sparse_csr on tpu: only 2-D tensors without dense dimensions")
+    return coo_to_csr(dense_to_sparse(self, 2))
+
+
+def _csr_rows(crow, nnz):
+    """Row of each stored element of a CSR matrix."""
+    k = torch.arange(nnz, dtype=crow.dtype, device=crow.device)
+    return torch.searchsorted(crow, k, right=True) - 1
+
+
+def csr_to_dense(self, dtype=None, masked_grad=None):
+    torch._check(dtype is None, lambda: "dtype argument is not supported by sparse_csr_to_dense")
+    torch._check(self.dim() == 2, lambda: "to_dense on tpu: only 2-D CSR tensors")
+    crow, col, values = self.crow_indices(), self.col_indices(), self.values()
+    dense = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+    if values.shape[0] == 0:
+        return dense
+    rows = _csr_rows(crow, values.shape[0])
+    return dense.index_put_((rows, col), values, accumulate=True)
+
+
+def coo_to_csr(self, dense_dim=None):
+    torch._check(self.dim() == 2 and self.sparse_dim() == 2 and not dense_dim,
+                 lambda: "to_sparse_csr on tpu: only 2-D COO tensors without dense dimensions")
+    c = self.coalesce()
+    indices, values = c._indices(), c._values()
+    counts = torch.zeros(self.shape[0], dtype=indices.dtype, device=self.device)
+    counts.index_add_(0, indices[0], torch.ones_like(indices[0]))
+    crow = torch.cat([torch.zeros(1, dtype=indices.dtype, device=self.device), torch.cumsum(counts, 0)])
+    return torch.ops.aten._sparse_csr_tensor_unsafe(
+        crow, indices[1].contiguous(), values, list(self.shape),
+        dtype=values.dtype, layout=torch.sparse_csr, device=values.device)
+
+
+def register() -> None:
+    global _lib
+    _lib = torch.library.Library("aten", "IMPL")
+    for name in _COO_GENERIC:
+        _lib.impl(name, _redispatch(name, _SPARSE_CPU), "SparsePrivateUse1")
+    for name in _CSR_GENERIC:
+        _lib.impl(name, _redispatch(name, _SPARSE_CSR_CPU), "SparseCsrPrivateUse1")
+    for name, fn in (
+        ("_coalesce", coalesce),
+        ("_to_dense", to_dense),
+        ("add.Tensor", add), ("add_.Tensor", add_), ("add.out", add_out),
+        ("_to_sparse_csr", coo_to_csr),
+        ("mul.Tensor", mul), ("mul_.Tensor", mul_), ("mul.out", mul_out),
+        ("div.Tensor", div), ("div_.Tensor", div_), ("div.out", div_out),
+        ("div.Tensor_mode", div), ("div_.Tensor_mode", div_), ("div.out_mode", div_out),
+        ("index_select", index_select), ("sparse_mask", sparse_mask),
+        ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_),
+        ("linalg_vector_norm", vector_norm),
+    ):
+        _lib.impl(name, fn, "SparsePrivateUse1")
+    for name, fn in (
+        ("_to_sparse", to_sparse_default), ("_to_sparse.sparse_dim", to_sparse_dim),
+        ("_to_sparse_csr", dense_to_csr),
+    ):
+        _lib.impl(name, fn, "PrivateUse1")
+    _lib.impl("_embedding_bag_backward", embedding_bag_backward, "AutogradPrivateUse1")
+    for name, fn in (
+        ("_to_dense", csr_to_dense),
+        ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_),
+    ):
+        _lib.impl(name, fn, "SparseCsrPrivateUse1")
