@@ -17,11 +17,13 @@ kinds of kernels serve it:
   each runs as device programs. Where a result's size depends on the data
   (nnz after coalescing, the nonzeros of a dense tensor) it is read from the
   device once, as CPU's and CUDA's kernels do.
+
+Sparse embedding gradients need one more kernel: _embedding_bag_backward's
+tpu autograd kernel sends sparse=True to PyTorch's composite sparse backward
+(the dense case keeps its lowering).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -76,6 +78,10 @@ def _flatten(indices, sizes):
     return lin
 
 
+def _is_one(x):
+    return isinstance(x, (int, float, bool)) and x == 1
+
+
 def _set(out, result):
     """Make ``out`` (an out= argument) equal to ``result``."""
     if out.is_sparse:
@@ -127,7 +133,7 @@ def _scatter_dense(dense, sparse, alpha):
     indices, values = sparse._indices(), sparse._values().to(dense.dtype)
     if sparse._nnz() == 0:
         return dense
-    if not (isinstance(alpha, (int, float, bool)) and alpha == 1):
+    if not _is_one(alpha):
         values = values * alpha
     if sparse.sparse_dim() == 0:
         return dense.add_(values.sum(0))
@@ -160,7 +166,7 @@ def _add(self, other, alpha):
                          f"{self.sparse_dim()} sparse dimensions while 'other' has {other.sparse_dim()} "
                          "sparse dimensions")
     ov = other._values().to(common)
-    if not (isinstance(alpha, (int, float, bool)) and alpha == 1):
+    if not _is_one(alpha):
         ov = ov * alpha
     indices = torch.cat([self._indices(), other._indices()], 1)
     values = torch.cat([self._values().to(common), ov], 0)
@@ -224,10 +230,6 @@ def to_sparse_default(self, *, layout=None, blocksize=None, dense_dim=None):
 
 def to_sparse_dim(self, sparse_dim):
     return dense_to_sparse(self, sparse_dim)
-
-
-def _is_one(x):
-    return isinstance(x, (int, float, bool)) and x == 1
 
 
 def _mul_sparse_sparse(self, other):
@@ -354,6 +356,37 @@ def sparse_mask(self, mask):
     sd = mask.sparse_dim()
     values = dense[tuple(mask._indices())] if sd else dense.unsqueeze(0).expand_as(mask._values())
     return _coo(mask._indices().clone(), values.contiguous(), self.shape, mask.is_coalesced())
+
+
+def sparse_sum_backward(grad, self, dim):
+    """The gradient of torch.sparse.sum(self, dim): at each stored entry of
+    ``self`` (coalesced, as CPU's: a gradient is a tensor, one value per
+    position), the gradient at the position it was summed into."""
+    self = self.coalesce()
+    sd = self.sparse_dim()
+    dims = sorted({d % self.dim() for d in dim})
+    kept = [d for d in range(sd) if d not in dims]
+    indices, nnz = self._indices(), self._nnz()
+    if not kept:
+        per = (grad.to_dense() if grad.is_sparse else grad).unsqueeze(0)
+    elif not grad.is_sparse:
+        per = grad[tuple(indices[kept])]
+    else:
+        g = grad.coalesce()
+        sizes = [self.shape[d] for d in kept]
+        key, gkey = _flatten(indices[kept], sizes), _flatten(g._indices(), sizes)
+        gvalues = g._values()
+        if gkey.shape[0] == 0:
+            per = gvalues.new_zeros((nnz,) + tuple(gvalues.shape[1:]))
+        else:
+            pos = torch.searchsorted(gkey, key).clamp(max=gkey.shape[0] - 1)
+            hit = (gkey[pos] == key).reshape((-1,) + (1,) * (gvalues.dim() - 1))
+            per = torch.where(hit, gvalues.index_select(0, pos), torch.zeros((), dtype=gvalues.dtype,
+                                                                             device=gvalues.device))
+    for p in (d - sd + 1 for d in dims if d >= sd):
+        per = per.unsqueeze(p)
+    values = per.expand((nnz,) + tuple(self.shape[sd:])).to(self.dtype).contiguous()
+    return _coo(indices.clone(), values, self.shape, self.is_coalesced())
 
 
 def _entries(m):
@@ -515,7 +548,7 @@ def register() -> None:
         ("div.Tensor_mode", div), ("div_.Tensor_mode", div_), ("div.out_mode", div_out),
         ("index_select", index_select), ("sparse_mask", sparse_mask),
         ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_),
-        ("linalg_vector_norm", vector_norm),
+        ("linalg_vector_norm", vector_norm), ("_sparse_sum_backward", sparse_sum_backward),
     ):
         _lib.impl(name, fn, "SparsePrivateUse1")
     for name, fn in (

@@ -253,6 +253,29 @@ def test_sparse_sum(size, sparse_dim):
             same_dense(got, want)
 
 
+@pytest.mark.parametrize("size,sparse_dim", SHAPES[1:], ids=str)
+def test_gradients_through_sparse_ops(size, sparse_dim):
+    """Gradients of the values and of dense operands through construction,
+    coalesce, to_dense, torch.sparse.sum (by dim) and torch.sparse.mm."""
+    a = rand_coo(size, sparse_dim, 10, torch.float64, seed=13)
+    b = rand_coo(size[:2], 2, 10, seed=14)
+    m = torch.randn(size[1], 3, dtype=torch.float64)
+
+    def grads(device):
+        v = a._values().to(device).requires_grad_()
+        mm = m.to(device).requires_grad_()
+        x = torch.sparse_coo_tensor(a._indices().to(device), v, size)
+        s = torch.sparse.sum(x, [0, len(size) - 1])
+        loss = x.to_dense().pow(2).sum() + x.coalesce().values().sin().sum() + s.to_dense().pow(2).sum()
+        x2 = torch.sparse_coo_tensor(b._indices().to(device), v.reshape(10, -1).sum(1), b.shape)
+        loss = loss + torch.sparse.mm(x2, mm).pow(2).sum()
+        loss.backward()
+        return v.grad, mm.grad
+
+    for got, want in zip(grads(TPU), grads("cpu")):
+        same_dense(got, want)
+
+
 # ---------------------------------------------------------------- matrix products
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -390,8 +413,8 @@ def _train(make_opt, device, clip, steps=3):
         bi = (torch.tensor([1, 4, 4, 14, 0, 2]) + s) % 15
         for o in opts:
             o.zero_grad()
-        out = lin(emb(idx.to(device))).pow(2).sum() + lin(bag(bi.to(device), torch.tensor([0, 2, 5], device=device))).sum()
-        out.backward()
+        pooled = bag(bi.to(device), torch.tensor([0, 2, 5], device=device))
+        (lin(emb(idx.to(device))).pow(2).sum() + lin(pooled).sum()).backward()
         if clip:
             if device == "cpu":  # CPU's clip_grad_norm_ refuses sparse gradients: clip their dense equivalents
                 sparse = [(p, p.grad.coalesce()) for p in params if p.grad.is_sparse]
