@@ -90,7 +90,7 @@ _kernels.register()
 _kernels.register_missing_meta()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _ctc, _factories, _fastpath, _flex_attention, _quant, _sparse, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _factories, _fastpath, _flex_attention, _litert, _quant, _ray, _sparse, compiler, distributed  # noqa: E402
 
 _ctc.register()
 _factories.register()
@@ -100,6 +100,8 @@ _sparse.register()
 compiler.register()
 _accelerate.install()
 _flex_attention.install()
+_litert.install()
+_ray.install()
 distributed.register()
 # Ctrl-C while the host waits for the device raises KeyboardInterrupt at
 # once, from the op that waited (the hook needs Python: it lives in the
