@@ -176,25 +176,26 @@ Origin storage_origin(const at::Tensor& t) {
   return {Origin::Kind::Storage, -1, DType::F32, t.storage().unsafeGetStorageImpl()};
 }
 
-exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device) {
+exec::ProgramArg rng_operand(const std::optional<at::Generator>& gen, int device, uint64_t count) {
   at::Generator g = gen.has_value() && gen->defined() ? *gen
                                                       : default_generator(static_cast<c10::DeviceIndex>(device));
   std::pair<uint64_t, uint64_t> key;
   {
     std::lock_guard<std::mutex> lock(g.mutex());
-    key = at::check_generator<TpuGenerator>(g)->next_key();
+    key = at::check_generator<TpuGenerator>(g)->next_key(count);
   }
   uint64_t words[2] = {key.first, key.second};
   const auto& rt = exec::Runtime::get();
   const Type type{DType::U64, {2}};
   // An explicit generator's keys are not bound again (its state is the caller's).
-  const Origin origin{gen.has_value() && gen->defined() ? Origin::Kind::Unknown : Origin::Kind::Rng};
+  Origin origin{gen.has_value() && gen->defined() ? Origin::Kind::Unknown : Origin::Kind::Rng};
+  origin.count = count;
   return {rt.client().from_host(words, exec::to_pjrt(DType::U64), {2}, rt.device(device)), nullptr, type, origin};
 }
 
 }  // namespace
 
-exec::ProgramArg rng_key_operand(int device) { return rng_operand(std::nullopt, device); }
+exec::ProgramArg rng_key_operand(int device, uint64_t count) { return rng_operand(std::nullopt, device, count); }
 
 namespace {
 
@@ -404,7 +405,7 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
       case ParamSource::Kind::Rng: {
         std::optional<at::Generator> gen;
         if (src.index >= 0) gen = args[src.index].toGenerator();
-        bound.args.push_back(rng_operand(gen, device));
+        bound.args.push_back(rng_operand(gen, device, src.bits));
         break;
       }
       case ParamSource::Kind::Stride: {
@@ -787,11 +788,12 @@ Value EagerProgram::scalar(const c10::Scalar& s, DType dtype, ArgPosition pos, c
   return operand(s, dtype, -1);
 }
 
-Value EagerProgram::rng_key(const std::optional<at::Generator>& gen, int arg) {
+Value EagerProgram::rng_key(const std::optional<at::Generator>& gen, int arg, uint64_t count) {
   ParamSource src;
   src.kind = ParamSource::Kind::Rng;
   src.index = arg;
-  return add_param(Type{DType::U64, {2}}, rng_operand(gen, device_), src);
+  src.bits = count;
+  return add_param(Type{DType::U64, {2}}, rng_operand(gen, device_, count), src);
 }
 
 void EagerProgram::assign(const at::Tensor& dst, Value value, ArgPosition pos) {

@@ -33,7 +33,7 @@ struct ParamSource {
     Storage,   // the value of storage group `index` (see OpSignature)
     Arg,       // number argument `index` (entry `element` of a list, or -1)
     Constant,  // `bits`
-    Rng,       // a fresh key from the Generator at argument `index` (-1: the default one)
+    Rng,       // a fresh key from the Generator at argument `index` (-1: the default one) for `bits` values
     Offset,    // the storage offset of the tensor at argument `index` (entry `element`)
     Stride,    // stride `part` of the tensor at argument `index` (entry `element`)
     ViewSize,  // size `part` of the tensor at argument `index` (entry `element`), i32
@@ -117,8 +117,9 @@ BoundProgram bind_plan(const ProgramPlan& plan, const OpSignature& sig, c10::Arr
 // fused eager's graph; others are materialized (running that graph).
 TpuStorage::Value operand_value(TpuStorage& s, int device);
 
-// A fresh key of `device`'s default generator as a program operand.
-exec::ProgramArg rng_key_operand(int device);
+// A fresh key of `device`'s default generator as a program operand, for a
+// random op drawing `count` values (the generator moves past them).
+exec::ProgramArg rng_key_operand(int device, uint64_t count);
 
 // The program of `b` returning `outputs` (its text's fingerprint given) as
 // a function that fused graphs call.
@@ -190,9 +191,9 @@ class EagerProgram {
   // the number argument it comes from (none: a constant of this program),
   // `host` the CPU scalar tensor it was read from.
   hlo::Value scalar(const c10::Scalar& s, hlo::DType dtype, ArgPosition pos = {}, const at::Tensor* host = nullptr);
-  // A fresh ui64[2] key from the Generator at argument `arg` (-1: none, the
-  // device's default generator).
-  hlo::Value rng_key(const std::optional<at::Generator>& gen, int arg = -1);
+  // A fresh ui64[2] key (seed, offset) from the Generator at argument `arg`
+  // (-1: none, the device's default generator) for `count` values.
+  hlo::Value rng_key(const std::optional<at::Generator>& gen, int arg, uint64_t count);
 
   // A device-side check (see lowering::Args::check).
   void check(hlo::Value ok, const std::string& message) { checks_.emplace_back(ok, message); }

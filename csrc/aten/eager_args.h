@@ -125,10 +125,10 @@ class EagerArgs final : public lowering::Args {
     return p_.scalar(host_number(args_.at(i).toListRef().at(k)), dtype, {static_cast<int>(i), static_cast<int>(k)});
   }
   Value runtime_scalar(const c10::Scalar& s, hlo::DType dtype) override { return p_.scalar(s, dtype); }
-  Value rng_key(size_t i) override {
+  Value rng_key(size_t i, uint64_t count) override {
     // Ops without a generator argument (native_dropout) use the default one.
-    if (i >= args_.size() || args_[i].isNone() || !args_[i].isGenerator()) return p_.rng_key(std::nullopt);
-    return p_.rng_key(args_[i].toGenerator(), static_cast<int>(i));
+    if (i >= args_.size() || args_[i].isNone() || !args_[i].isGenerator()) return p_.rng_key(std::nullopt, -1, count);
+    return p_.rng_key(args_[i].toGenerator(), static_cast<int>(i), count);
   }
   void assign(size_t i, Value v) override {
     const at::Tensor& t = args_.at(i).toTensor();

@@ -31,8 +31,9 @@ uint64_t TpuGenerator::seed() {
   return s;
 }
 
-// State: 16 bytes, the seed then the counter (little endian), as a uint8 CPU
-// tensor like every other generator's get_state().
+// State: 16 bytes, the seed then the offset (little endian), as a uint8 CPU
+// tensor like every other generator's get_state(): CUDA's philox layout,
+// which DTensor's OffsetBasedRNGTracker reads and writes.
 c10::intrusive_ptr<c10::TensorImpl> TpuGenerator::get_state() const {
   // Made without the dispatcher, so that a Python mode (FakeTensorMode, as
   // torch.compile's tracing runs) cannot hand back a tensor without data.
@@ -55,12 +56,20 @@ void TpuGenerator::set_state(const c10::TensorImpl& new_state) {
               "set_state: the RNG state must be a contiguous tensor with data");
   uint64_t words[2];
   std::memcpy(words, new_state.data(), sizeof(words));
+  TORCH_CHECK(words[1] % 4 == 0, "offset must be a multiple of 4");  // CUDA's rule for its philox offset
   seed_ = words[0];
   counter_ = words[1];
 }
 
-std::pair<uint64_t, uint64_t> TpuGenerator::next_key() {
-  return {seed_, counter_++};
+void TpuGenerator::set_offset(uint64_t offset) {
+  TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
+  counter_ = offset;
+}
+
+std::pair<uint64_t, uint64_t> TpuGenerator::next_key(uint64_t count) {
+  const uint64_t offset = counter_;
+  counter_ += (count + 3) / 4 * 4;
+  return {seed_, offset};
 }
 
 TpuGenerator* TpuGenerator::clone_impl() const {

@@ -58,6 +58,7 @@ struct Binding {
   int host = -1;           // Host: index of the host value
   int8_t part = -1;        // Host: part of a complex number
   DType dtype = DType::F32;  // Host
+  uint64_t count = 0;      // Rng: the values the op draws
   c10::Storage storage;    // Storage: a tensor constant of the graph
   pjrt::BufferPtr buffer;  // Constant
   hlo::Type type;
@@ -390,7 +391,10 @@ std::tuple<int64_t, std::string> capture_end(int64_t handle, c10::List<c10::IVal
         b.part = o.part;
         break;
       }
-      case Origin::Kind::Rng: b.kind = Binding::Kind::Rng; break;
+      case Origin::Kind::Rng:
+        b.kind = Binding::Kind::Rng;
+        b.count = o.count;
+        break;
       case Origin::Kind::Constant:
         b.kind = Binding::Kind::Constant;
         b.buffer = fn->buffers[i];
@@ -478,7 +482,7 @@ std::vector<at::Tensor> graph_replay(int64_t handle, int64_t entry, c10::List<c1
         bound.push_back({rt.scalar_buffer(b.dtype, scalar_bits(s, b.dtype), device), nullptr, b.type});
         break;
       }
-      case Binding::Kind::Rng: bound.push_back(rng_key_operand(device)); break;
+      case Binding::Kind::Rng: bound.push_back(rng_key_operand(device, b.count)); break;
       case Binding::Kind::Constant: bound.push_back({b.buffer, nullptr, b.type}); break;
     }
   }

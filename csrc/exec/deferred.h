@@ -86,15 +86,16 @@ struct Origin {
     Unknown,     // nothing to bind it from again (an upload, say)
     Storage,     // the value of storage `ptr`
     HostTensor,  // the number in CPU scalar tensor `ptr`, as `dtype` (`part` of a complex)
-    Rng,         // a fresh key of the device's default generator
+    Rng,         // a fresh key of the device's default generator for `count` values
     Constant,    // the same buffer every call (a number of the graph)
   };
   Kind kind = Kind::Unknown;
   int8_t part = -1;
   hlo::DType dtype = hlo::DType::F32;
   const void* ptr = nullptr;
+  uint64_t count = 0;
   bool operator==(const Origin& o) const {
-    return kind == o.kind && ptr == o.ptr && dtype == o.dtype && part == o.part;
+    return kind == o.kind && ptr == o.ptr && dtype == o.dtype && part == o.part && count == o.count;
   }
 };
 

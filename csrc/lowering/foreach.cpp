@@ -50,7 +50,7 @@ class ElementArgs final : public Args {
   }
   Value element_value(size_t i, size_t k, DType dtype) override { return p_.element_value(i, k, dtype); }
   Value runtime_scalar(const c10::Scalar& s, DType dtype) override { return p_.runtime_scalar(s, dtype); }
-  Value rng_key(size_t i) override { return p_.rng_key(i); }
+  Value rng_key(size_t i, uint64_t count) override { return p_.rng_key(i, count); }
   void assign(size_t i, Value v) override { p_.assign(i, v); }
   void assign_list(size_t i, const std::vector<Value>& vs) override { p_.assign_list(i, vs); }
   int64_t host_int(Value v) override { return p_.host_int(v); }

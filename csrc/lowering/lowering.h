@@ -107,9 +107,11 @@ class Args {
   // Any host number as a runtime rank-0 operand of `dtype`.
   virtual Value runtime_scalar(const c10::Scalar& s, DType dtype) = 0;
 
-  // A fresh ui64[2] random key drawn from the Generator at argument `i`
-  // (or the default generator of the device when it is None).
-  virtual Value rng_key(size_t i) = 0;
+  // A fresh ui64[2] random key (seed, offset) drawn from the Generator at
+  // argument `i` (or the default generator of the device when it is None)
+  // for an op drawing `count` values: the generator's offset moves past
+  // them, so the next op draws from later positions of the stream.
+  virtual Value rng_key(size_t i, uint64_t count) = 0;
 
   // Write `v` into tensor argument i, for ops that mutate arguments (batch
   // norm's running statistics, fused optimizers). `v` has the argument's

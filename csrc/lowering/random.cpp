@@ -1,6 +1,17 @@
-// Random numbers on the device: every op draws a fresh key from its
+// Random numbers on the device: every op takes (seed, offset) from its
 // Generator and runs stablehlo.rng_bit_generator (ThreeFry), so results are
 // reproducible under torch.manual_seed and independent of the host.
+//
+// Positions, as CUDA's philox offsets: an op drawing n values takes stream
+// positions [offset, offset + n) and its Generator moves on by n (rounded
+// up to 4). Value i of the op depends on position offset + i only, whatever
+// the op's shape: the bits are drawn as one flat vector, whose element i
+// ThreeFry computes from counter offset + i alone (64-bit values), or from
+// half i % 2 of counter offset / 2 + i / 2 (32-bit values; offsets are
+// multiples of 4). So a tensor drawn in pieces at the pieces' offsets (a
+// DTensor shard at offset + k, as OffsetBasedRNGTracker places it) equals
+// the tensor drawn whole. 64-bit and 32-bit draws use different keys, so
+// that their positions never share counters.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -15,10 +26,32 @@ using hlo::Cmp;
 
 Value k(Builder& b, double v, Value like) { return b.full(v, b.dtype(like), b.dims(like)); }
 
+int64_t numel_of(const Dims& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The ThreeFry state (key, first counter) of a (seed, offset) key: key
+// seed ^ `salt`, counter offset >> `shift`.
+Value three_fry_state(Builder& b, Value key, uint64_t salt, int64_t shift) {
+  Value mask = b.concatenate({b.full_int(static_cast<int64_t>(salt), DType::U64, {1}), b.full_int(0, DType::U64, {1})}, 0);
+  Value shifts = b.concatenate({b.full_int(0, DType::U64, {1}), b.full_int(shift, DType::U64, {1})}, 0);
+  return b.binary("stablehlo.shift_right_logical", b.xor_(key, mask), shifts);
+}
+
+constexpr uint64_t kBits64Salt = 0x9E3779B97F4A7C15ull;   // 64-bit draws' key
+constexpr uint64_t kSamplerSalt = 0xD1B54A32D192ED03ull;  // rejection samplers' key derivation
+
+// n = numel(shape) random values of `bits` (U32 or U64) at the op's
+// positions, laid out row-major in `shape`.
 Value random_bits(Context& c, size_t gen_arg, const Dims& shape, DType bits) {
-  auto [state, out] = c.b.rng_bit_generator(c.args.rng_key(gen_arg), Type{bits, shape}, hlo::RngAlgorithm::ThreeFry);
-  (void)state;
-  return out;
+  const int64_t n = numel_of(shape);
+  Value key = c.args.rng_key(gen_arg, static_cast<uint64_t>(n));
+  Value state = bits == DType::U64 ? three_fry_state(c.b, key, kBits64Salt, 0) : three_fry_state(c.b, key, 0, 1);
+  auto [next, out] = c.b.rng_bit_generator(state, Type{bits, {n}}, hlo::RngAlgorithm::ThreeFry);
+  (void)next;
+  return c.b.reshape(out, shape);
 }
 
 // Uniform on the grid k * 2^-n, k in [0, 2^n), in `ct` (F32 or F64, whose
@@ -383,7 +416,14 @@ std::vector<Value> run_rounds(Context& c, size_t gen_arg, const Dims& shape, DTy
   const int64_t rank = static_cast<int64_t>(shape.size());
   Dims two = shape;
   two.insert(two.begin(), 2);
-  init.insert(init.begin(), c.args.rng_key(gen_arg));
+  // The rounds draw from a key of their own, made from the op's (seed,
+  // offset): how far they go depends on the data, so they cannot take
+  // positions of the shared stream.
+  Builder& b = c.b;
+  Value key = c.args.rng_key(gen_arg, static_cast<uint64_t>(numel_of(shape)));
+  Value derived = b.rng_bit_generator(three_fry_state(b, key, kSamplerSalt, 0), Type{DType::U64, {1}},
+                                      hlo::RngAlgorithm::ThreeFry).second;
+  init.insert(init.begin(), b.concatenate({derived, b.full_int(0, DType::U64, {1})}, 0));
   return rounds_until_done(c.b, init, 1, kMaxRounds, [&](Builder& rb, Value, const std::vector<Value>& v) {
     auto [state, bits] = rb.rng_bit_generator(v[0], Type{bits_type(ct), two}, hlo::RngAlgorithm::ThreeFry);
     Dims lo(rank + 1, 0), hi = two;
