@@ -19,7 +19,11 @@ fi
 
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q cmake ninja setuptools wheel
-python3 -m pip install -q --no-build-isolation -e ".[test]"
+python3 -m pip install -q --no-build-isolation -e ".[test,titan,ray,litert]"
+# litert-torch's converter pins xdsl, whose typing-extensions pin conflicts with
+# the test extra's openai: the three come without their dependencies (the
+# litert extra lists the rest; see pyproject.toml).
+python3 -m pip install -q --no-deps litert-torch==0.10.0 litert-converter==0.5.0 xdsl==0.28.0
 
 # The C++ core and its tests need no torch.
 cmake -S . -B build-tests -G Ninja -DTORCH_TPU_CORE_ONLY=ON -DTORCH_TPU_BUILD_TESTS=ON >/dev/null

@@ -98,6 +98,11 @@ MODE_POLICY = {
     #                       fused   debug
     "test_abi.py":         ("none", "none"),  # declarations: no programs
     "test_autoload.py":    ("none", "none"),  # fresh processes importing torch; no mode of their own
+    "test_torchtitan.py":  ("none", "none"),  # TorchTitan's own trainer, in strict eager
+    "test_ray_train.py":   ("none", "none"),  # Ray's workers, in strict eager
+    "test_litert.py":      ("none", "none"),  # export: the graph, not how ops run
+    "test_dtensor_random.py": ("all", "none"),  # generator offsets advance in deferred graphs too
+    "test_sparse.py":      (2, 4),
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
@@ -130,7 +135,8 @@ def current_mode():
 # The files that take longest, collected first: tests/run.sh runs the suite
 # in two pytest-xdist workers, one file to a worker in collection order, and
 # the longest file started last would run alone at the end.
-LONGEST_FIRST = ("test_opinfo.py", "test_fuzz.py", "test_serving.py", "test_ecosystem.py", "test_cache.py")
+LONGEST_FIRST = ("test_opinfo.py", "test_fuzz.py", "test_serving.py", "test_ecosystem.py", "test_torchtitan.py",
+                 "test_ray_train.py", "test_cache.py")
 
 
 def pytest_collection_modifyitems(config, items):
