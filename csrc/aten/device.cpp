@@ -35,7 +35,21 @@ int device_count_or_zero() noexcept {
 struct TpuEvent {
   int device = 0;
   std::shared_ptr<pjrt::Event> done;                   // null: nothing was pending when recorded
+  std::vector<std::shared_ptr<pjrt::Event>> copies;    // host copies in flight when recorded
   std::shared_ptr<std::atomic<int64_t>> completed_ns;  // steady clock at completion (0 until then)
+
+  bool ready() const {
+    if (done && !done->is_ready()) return false;
+    for (const auto& c : copies) {
+      if (!c->is_ready()) return false;
+    }
+    return true;
+  }
+  void await() const {
+    if (done) done->await_interruptible();
+    // (Ctrl-C may end the wait: a copy's destination is held until it lands.)
+    for (const auto& c : copies) c->await_interruptible();
+  }
 };
 
 int64_t now_ns() {
@@ -70,11 +84,30 @@ std::shared_ptr<std::atomic<int64_t>> completion_time(int device, const std::sha
 
 namespace {
 
+// When the program completion `done` and the host copies `copies` have all
+// completed (as completion_time; the latest of them).
+std::shared_ptr<std::atomic<int64_t>> completion_time_with(int device, const std::shared_ptr<pjrt::Event>& done,
+                                                           const std::vector<std::shared_ptr<pjrt::Event>>& copies) {
+  if (copies.empty()) return completion_time(device, done);
+  auto at = std::make_shared<std::atomic<int64_t>>(0);
+  auto left = std::make_shared<std::atomic<size_t>>(copies.size() + 1);
+  auto one_more = [at, left] {
+    if (left->fetch_sub(1) == 1) at->store(now_ns());
+  };
+  if (done) {
+    done->on_ready(one_more);
+  } else {
+    one_more();
+  }
+  for (const auto& c : copies) c->on_ready(one_more);
+  return at;
+}
+
 double elapsed_ms(TpuEvent* a, TpuEvent* b) {
   TORCH_CHECK(a != nullptr && b != nullptr && a->completed_ns && b->completed_ns,
               "elapsed_time: both events must be recorded before asking for the time between them");
   for (TpuEvent* e : {a, b}) {
-    if (e->done) e->done->await_interruptible();
+    e->await();
     while (e->completed_ns->load() == 0) std::this_thread::yield();  // the callback runs just after
   }
   return static_cast<double>(b->completed_ns->load() - a->completed_ns->load()) / 1e6;
@@ -130,8 +163,9 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   // Events: recording takes the completion of the latest program started
-  // on the device (running the calling thread's deferred graph first), so
-  // an event is complete exactly when everything issued before it is.
+  // on the device (running the calling thread's deferred graph first) and
+  // of the host copies in flight (non_blocking reads), so an event is
+  // complete exactly when everything issued before it is.
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
     const int device = device_index >= 0          ? device_index
@@ -146,13 +180,14 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     exec::Executor::process_default().flush(device);
     e->device = device;
     e->done = exec::Runtime::get().last_event(device);
-    e->completed_ns = completion_time(device, e->done);
+    e->copies = exec::Runtime::get().host_copies(device);
+    e->completed_ns = completion_time_with(device, e->done, e->copies);
   }
 
   void block(void* event, const c10::Stream& stream) const override {}  // one stream: already ordered
   bool queryEvent(void* event) const override {
     auto* e = static_cast<TpuEvent*>(event);
-    return e == nullptr || !e->done || e->done->is_ready();
+    return e == nullptr || e->ready();
   }
   void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
     delete static_cast<TpuEvent*>(event);
@@ -160,7 +195,7 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& stream) const override {
     const int device = stream.device_index() >= 0 ? stream.device_index() : current_device();
     std::shared_ptr<pjrt::Event> last = exec::Runtime::get().last_event(device);
-    return !last || last->is_ready();
+    return (!last || last->is_ready()) && exec::Runtime::get().host_copies(device).empty();
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     const int device = stream.device_index() >= 0 ? stream.device_index() : current_device();
@@ -173,7 +208,7 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     auto* e = static_cast<TpuEvent*>(event);
     try {
-      if (e != nullptr && e->done) e->done->await_interruptible();
+      if (e != nullptr) e->await();
     } catch (...) {
       rethrow_out_of_memory_as_torch_error(e->device);
     }

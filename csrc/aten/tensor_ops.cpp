@@ -4,6 +4,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -13,6 +14,7 @@
 #include <c10/util/strides.h>
 
 #include "csrc/aten/eager.h"
+#include "csrc/aten/executor_scope.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/aten/storage.h"
 #include "csrc/exec/runtime.h"
@@ -270,8 +272,44 @@ at::Tensor to_host_into(const at::Tensor& src, at::Tensor out) {
   return out;
 }
 
+// Waits for the non-blocking reads still writing into host tensor t's
+// storage: a transfer from or to it comes after them, as on one stream.
+static void await_host_copies_into(const at::Tensor& t) {
+  const c10::Storage& s = t.storage();
+  if (s.data() != nullptr) exec::Runtime::get().await_host_copies_into(s.data(), s.nbytes());
+}
+
+// dst (pinned host memory, contiguous, of src's sizes) <- src without
+// waiting (non_blocking=True), as on CUDA: torch.tpu.synchronize(), the
+// stream's synchronize() and an Event recorded after the call wait for the
+// copy; reading dst before that is the caller's race. False where the copy
+// blocks instead, as on CUDA with pageable memory or CUDA_LAUNCH_BLOCKING:
+// debug eager, a capture, a padded storage, memory not pinned.
+static bool start_host_copy(const at::Tensor& src, const at::Tensor& dst) {
+  const exec::ExecutionMode mode = current_executor().mode();
+  if (mode == exec::ExecutionMode::Debug || mode == exec::ExecutionMode::Capture || !dst.is_contiguous() ||
+      dst.sizes() != src.sizes() || !at::detail::getPrivateUse1Hooks().isPinnedPtr(dst.data_ptr()) ||
+      storage_of(src).padded()) {
+    return false;
+  }
+  if (!storage_of(src).value().buffer) return false;  // never written: zeros, at once
+  at::Tensor t = src;
+  if (dst.scalar_type() != src.scalar_type()) {
+    EagerProgram p(tpu_index(src));
+    p.finish({p.builder().convert(p.input(src), to_hlo(dst.scalar_type()))});
+    t = p.run()[0];
+  }
+  const pjrt::BufferPtr dense = dense_value(t).buffer;
+  std::unique_ptr<pjrt::Event> copy = dense->to_host_async(dst.data_ptr(), dst.nbytes());
+  if (!copy) return true;
+  // dst's storage is held by the runtime until the copy lands.
+  std::shared_ptr<const void> keep(nullptr, [storage = dst.storage()](const void*) {});
+  exec::Runtime::get().track_host_copy(tpu_index(src), std::shared_ptr<pjrt::Event>(std::move(copy)),
+                                       dst.data_ptr(), dst.nbytes(), std::move(keep));
+  return true;
+}
+
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
-  (void)non_blocking;  // transfers complete before returning
   // src must broadcast to dst, empty or not (CPU's copy_ checks it first).
   TORCH_CHECK(at::is_expandable_to(src.sizes(), dst.sizes()), "The size of tensor a (", dst.sizes(),
               ") must match the size of tensor b (", src.sizes(), ") in copy_: ", src.sizes(),
@@ -299,6 +337,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   }
   if (dst_tpu) {
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
+    await_host_copies_into(src);  // (a non-blocking read into src lands first, as on one stream)
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     if (pad_upload(dst, host)) return dst;
     const auto& rt = exec::Runtime::get();
@@ -313,6 +352,8 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     return dst;
   }
   TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
+  await_host_copies_into(dst);  // an earlier non-blocking read into dst lands first
+  if (non_blocking && start_host_copy(src, dst)) return dst;
   if (dst.is_contiguous() && dst.sizes() == src.sizes()) {
     to_host_into(src, dst);  // straight into dst: one copy, not two
   } else {
@@ -326,6 +367,7 @@ void adopt_host(const at::Tensor& self, const at::Tensor& host) {
               "_adopt_host: expects a tpu tensor and a CPU tensor, got ", self.device(), " and ", host.device());
   TORCH_CHECK(host.is_contiguous() && host.sizes() == self.sizes() && host.scalar_type() == self.scalar_type(),
               "_adopt_host: the host tensor must be contiguous, of the tpu tensor's sizes and dtype");
+  await_host_copies_into(host);
   const auto& rt = exec::Runtime::get();
   if (self.numel() == 0 || !covers_storage(self) || !self.is_contiguous() || self.is_conj() || self.is_neg() ||
       rt.client().platform_name() != "cpu") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "csrc/exec/launcher.h"
 #include "csrc/hlo/builder.h"
@@ -101,6 +102,7 @@ Runtime::Runtime(const RuntimeConfig& config) {
   co.portable = portable_ = client_->devices().size() > 1;
   compile_options_ = co.serialize();
   pending_.resize(client_->devices().size());
+  copies_.resize(client_->devices().size());
   checks_.resize(client_->devices().size());
   // TORCH_TPU_CACHE_DIR: a directory, or "0"/"off" for none (torch_tpu
   // passes the resolved choice, defaulting to the user's cache directory).
@@ -223,7 +225,88 @@ void Runtime::synchronize(int device_index) {
       throw;
     }
   }
+  // Then the host copies (each after the program that made its value).
+  std::vector<HostCopy> copies;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    copies.swap(copies_[device_index]);
+  }
+  for (size_t k = 0; k < copies.size(); ++k) {
+    try {
+      // (Ctrl-C may end the wait: the destination is kept until the copy lands.)
+      copies[k].done->await_interruptible();
+    } catch (...) {
+      // The copies not waited for stay tracked (a copy's error is reported once).
+      const size_t from = copies[k].done->is_ready() ? k + 1 : k;
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      auto& list = copies_[device_index];
+      list.insert(list.begin(), std::make_move_iterator(copies.begin() + static_cast<std::ptrdiff_t>(from)),
+                  std::make_move_iterator(copies.end()));
+      throw;
+    }
+  }
+  copies.clear();
   verify_checks(device_index);
+}
+
+namespace {
+// Moves the copies that have landed out of `list` into `landed` (whose
+// destinations the caller lets go after unlocking: a tensor's storage may
+// take the GIL to go).
+template <class Copy>
+void take_landed(std::vector<Copy>& list, std::vector<Copy>& landed) {
+  auto keep = std::stable_partition(list.begin(), list.end(), [](const Copy& c) { return !c.done->is_ready(); });
+  std::move(keep, list.end(), std::back_inserter(landed));
+  list.erase(keep, list.end());
+}
+}  // namespace
+
+void Runtime::track_host_copy(int device_index, std::shared_ptr<pjrt::Event> done, const void* dst, size_t nbytes,
+                              std::shared_ptr<const void> keep) {
+  device(device_index);  // validates
+  const auto begin = reinterpret_cast<uintptr_t>(dst);
+  std::vector<HostCopy> landed;
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  take_landed(copies_[device_index], landed);
+  copies_[device_index].push_back({std::move(done), begin, begin + nbytes, std::move(keep)});
+  copies_in_flight_ = 1;
+}
+
+std::vector<std::shared_ptr<pjrt::Event>> Runtime::host_copies(int device_index) {
+  device(device_index);  // validates
+  std::vector<std::shared_ptr<pjrt::Event>> out;
+  if (copies_in_flight_.load() == 0) return out;
+  std::vector<HostCopy> landed;
+  std::lock_guard<std::mutex> lock(pending_mu_);
+  take_landed(copies_[device_index], landed);
+  for (const HostCopy& c : copies_[device_index]) out.push_back(c.done);
+  return out;
+}
+
+void Runtime::await_host_copies_into(const void* p, size_t n) {
+  if (copies_in_flight_.load() == 0 || n == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
+  std::vector<std::shared_ptr<pjrt::Event>> overlapping;
+  std::vector<HostCopy> landed;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    bool any = false;
+    for (auto& list : copies_) {
+      take_landed(list, landed);
+      for (const HostCopy& c : list) {
+        if (c.begin < end && begin < c.end) overlapping.push_back(c.done);
+      }
+      any = any || !list.empty();
+    }
+    if (!any) copies_in_flight_ = 0;
+  }
+  // Errors are left to synchronize (and to the reads of the failed values).
+  for (const auto& done : overlapping) {
+    try {
+      done->await();
+    } catch (const pjrt::Error&) {
+    }
+  }
 }
 
 std::shared_ptr<pjrt::Event> Runtime::last_event(int device_index) {

@@ -100,6 +100,20 @@ class Runtime {
   // when nothing is pending.
   std::shared_ptr<pjrt::Event> last_event(int device);
 
+  // A device-to-host copy into host memory [dst, dst + nbytes) started on
+  // `device` (Buffer::to_host_async), and its completion: synchronize waits
+  // for it, and host_copies lists it until it has landed. `keep` (what owns
+  // the destination) is held until then, and let go on a caller's thread,
+  // never on the plugin's. (PJRT keeps the source's memory itself.)
+  void track_host_copy(int device, std::shared_ptr<pjrt::Event> done, const void* dst, size_t nbytes,
+                       std::shared_ptr<const void> keep);
+  // The host copies of `device` that may not have landed yet.
+  std::vector<std::shared_ptr<pjrt::Event>> host_copies(int device);
+  // Waits for the copies (to any device's host memory) still writing into
+  // [p, p + n): a transfer about to read or write that memory comes after
+  // them, as it would on one stream.
+  void await_host_copies_into(const void* p, size_t n);
+
   // Executions started (for tests and statistics).
   int64_t executions() const { return executions_; }
 
@@ -123,6 +137,13 @@ class Runtime {
   // Completion events of programs not yet known to be finished, per device.
   std::mutex pending_mu_;
   std::vector<std::vector<std::shared_ptr<pjrt::Event>>> pending_;
+  struct HostCopy {
+    std::shared_ptr<pjrt::Event> done;
+    uintptr_t begin, end;  // its destination
+    std::shared_ptr<const void> keep;  // what owns the destination
+  };
+  std::atomic<int64_t> copies_in_flight_{0};  // (a hint: none, no lock to take)
+  std::vector<std::vector<HostCopy>> copies_;  // per device, guarded by pending_mu_
   std::mutex checks_mu_;
   std::vector<std::vector<CheckPtr>> checks_;  // per device: not known to have passed, not reported
 };

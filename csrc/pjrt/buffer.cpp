@@ -211,6 +211,15 @@ void Buffer::to_host(const std::vector<Read>& reads) {
   if (first) std::rethrow_exception(first);
 }
 
+std::unique_ptr<Event> Buffer::to_host_async(void* dst, size_t nbytes) const {
+  auto args = make_args<c::PJRT_Buffer_ToHostBuffer_Args>();
+  args.src = buffer_;
+  args.dst = dst;
+  args.dst_size = nbytes;
+  TPU_PJRT_CALL(*api_, Buffer_ToHostBuffer, args);
+  return args.event != nullptr ? std::make_unique<Event>(api_.get(), args.event) : nullptr;
+}
+
 void Buffer::await_ready() const {
   auto args = make_args<c::PJRT_Buffer_ReadyEvent_Args>();
   args.buffer = buffer_;

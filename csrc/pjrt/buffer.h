@@ -80,6 +80,10 @@ class Buffer {
     size_t nbytes;
   };
   static void to_host(const std::vector<Read>& reads);
+  // Starts copying the buffer into `dst` once its value is there, without
+  // waiting: returns the copy's completion (null: already done). `dst` must
+  // stay valid until then. Not a host read: nothing waits.
+  std::unique_ptr<Event> to_host_async(void* dst, size_t nbytes) const;
   // How many to_host reads the process made (each one waits for the device):
   // tests use it to prove a loop never synchronizes.
   static int64_t host_reads();

@@ -155,6 +155,99 @@ def test_memory_stats_have_cudas_keys_and_meanings():
     del small
 
 
+def _made_on_device(n, seed):
+    """A tpu tensor that programs computed, and its values on the CPU."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    return (x.to("tpu") * 2 + 1), x * 2 + 1
+
+
+def _sync(kind):
+    if kind == "synchronize":
+        torch.tpu.synchronize()
+    elif kind == "event":
+        ev = torch.tpu.Event()
+        ev.record()
+        ev.synchronize()
+    else:
+        torch.tpu.current_stream().synchronize()
+
+
+@pytest.mark.parametrize("how", ["copy_", "to"])
+@pytest.mark.parametrize("sync", ["synchronize", "event", "stream"])
+def test_non_blocking_copy_to_host_is_there_after_each_sync(how, sync):
+    """pinned.copy_(t, non_blocking=True) and t.to("cpu", non_blocking=True): the data is there
+    after torch.tpu.synchronize(), an Event recorded after the call, or the stream's synchronize()."""
+    t, want = _made_on_device(1 << 20, seed=1)
+    half, half_want = t[: 1 << 19].to(torch.bfloat16), want[: 1 << 19].to(torch.bfloat16)
+    if how == "copy_":
+        out = torch.empty(1 << 20, pin_memory=True)
+        assert out.copy_(t, non_blocking=True) is out
+        converted = torch.empty(1 << 19, pin_memory=True)  # bfloat16 -> float32 on the way
+        converted.copy_(half, non_blocking=True)
+    else:
+        out = t.to("cpu", non_blocking=True)
+        converted = half.to("cpu", torch.float32, non_blocking=True)
+        assert out.is_pinned() and converted.is_pinned()  # as CUDA's non-blocking copies to the host
+    _sync(sync)
+    assert torch.equal(out, want)
+    assert torch.equal(converted, half_want.float())
+
+
+def test_non_blocking_copy_behind_a_long_program_returns_before_it_lands():
+    """A non-blocking copy of a value a long program is still computing returns at once: an Event
+    recorded after it is not complete until the copy has landed; a blocking copy waits."""
+    w = torch.randn(768, 768, device="tpu") / 28
+    x = torch.randn(768, 768, device="tpu")
+
+    def long_program(x):
+        for _ in range(40):
+            x = torch.tanh(x @ w)
+        return x
+
+    long_program(x).sum().item()  # compiled
+    big = torch.arange(1 << 22, dtype=torch.float32, device="tpu")
+    src = big + long_program(x).sum() * 0  # ready only once the chain is done
+    out = torch.empty(1 << 22, pin_memory=True)
+    out.copy_(src, non_blocking=True)
+    ev = torch.tpu.Event()
+    ev.record()
+    if torch_tpu.get_execution_mode() != "debug":  # debug eager: every copy blocks, as with CUDA_LAUNCH_BLOCKING
+        assert not ev.query()
+        assert not torch.tpu.current_stream().query()
+    src.add_(1)  # written in place (its old buffer donated) while the copy may still read it
+    ev.synchronize()
+    assert ev.query()
+    assert torch.equal(out, torch.arange(1 << 22, dtype=torch.float32))
+    torch.tpu.synchronize()
+    assert torch.tpu.current_stream().query()
+    # Transfers from or into a pending destination come after the copy, as on one stream.
+    out.copy_(big * 2 + long_program(x).sum() * 0, non_blocking=True)
+    out.copy_(big * 5, non_blocking=True)  # ready at once: must still land last
+    back = out.to("tpu")  # reads the destination: after both
+    torch.tpu.synchronize()
+    assert torch.equal(out, torch.arange(1 << 22, dtype=torch.float32) * 5)
+    assert torch.equal(back.cpu(), out)
+    assert torch.equal(src.cpu(), torch.arange(1 << 22, dtype=torch.float32) + 1)
+    # Blocking (and non-blocking into pageable memory, as on CUDA): the data is there on return.
+    for blocking in (lambda s: s.cpu(), lambda s: torch.empty(1 << 22).copy_(s, non_blocking=True)):
+        src = big * 3 + long_program(x).sum() * 0
+        got = blocking(src)
+        assert torch.equal(got, torch.arange(1 << 22, dtype=torch.float32) * 3)
+
+
+def test_non_blocking_copy_holds_its_destination_until_it_lands():
+    """The destination may be dropped at once: the pending copy holds its memory; later copies
+    into reused pinned memory and the device go on."""
+    t, want = _made_on_device(1 << 20, seed=2)
+    for _ in range(8):
+        t.to("cpu", non_blocking=True)  # dropped at once
+    kept = t.to("cpu", non_blocking=True)
+    torch.tpu.synchronize()
+    assert torch.equal(kept, want)
+    assert torch.equal((t - 1).cpu(), want - 1)
+
+
 def test_streams_and_events():
     s = torch.tpu.current_stream()
     e = s.record_event()
