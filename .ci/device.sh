@@ -11,12 +11,20 @@
 # tests that need other packages are left out. Each step is bounded so that
 # the logs come back even when one runs long; the whole script stays within
 # about 8 minutes.
+#
+# Building against torch 2.11 works (checked against torch==2.11.0 from PyPI,
+# its CUDA build, on a CPU machine): the C++ guards its API differences with
+# TORCH_VERSION, and CMakeLists.txt keeps a CUDA build of torch from asking
+# for the CUDA toolkit. cmake and ninja are in python3's environment there
+# (pip packages), so its bin directory goes first on PATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/torch_tpu_device}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 export TORCH_TPU_CACHE_DIR=/tmp/torch_tpu_cache
+PATH="$(python3 -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+export PATH
 
 step() {  # step NAME SECONDS COMMAND...: run COMMAND, its output to $OUT/NAME.log
   local name=$1 limit=$2
@@ -28,7 +36,8 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND, its output to $OUT/NAME.l
   echo "== $name: rc=$rc"
 }
 
-{ nvidia-smi -L; python3 -c "import torch, jax; print('torch', torch.__version__, 'jax', jax.__version__)"; } \
+{ nvidia-smi -L; python3 -c "import sys, torch, jax; print(sys.version.split()[0], 'torch', torch.__version__, 'jax', jax.__version__)"
+  cmake --version | head -n 1; echo "ninja $(ninja --version)"; } \
   > "$OUT/machine.log" 2>&1
 cat "$OUT/machine.log"
 

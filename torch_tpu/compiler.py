@@ -769,7 +769,46 @@ def _inline_dense_hops(gm: torch.fx.GraphModule, example_inputs: list) -> torch.
     except Exception as e:  # noqa: BLE001 (the graph still runs, op by op)
         _log.debug("torch.compile on tpu: a higher-order op stays whole (its graph is not replayed): %s", e)
         return gm
-    return traced
+    return _constants_on_device(traced)
+
+
+def _constants_on_device(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The graph with each tensor constant that it copies to a tpu device
+    (``_to_copy(lift_fresh_copy(constant), device=tpu)``) made a constant
+    on that device, once.
+
+    torch 2.11's make_fx traces the dense FlexAttention's
+    ``torch.tensor(-inf, device=scores.device)`` so (2.13's keeps the CPU
+    scalar): an upload at every call, which a replay cannot repeat. Graphs
+    without that pattern are returned as they are."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target is not torch.ops.aten._to_copy.default:
+            continue
+        if len(n.args) != 1 or set(n.kwargs) != {"device"} or torch.device(n.kwargs["device"]).type != "tpu":
+            continue
+        lift = n.args[0]
+        if not (isinstance(lift, torch.fx.Node) and lift.target is torch.ops.aten.lift_fresh_copy.default
+                and len(lift.users) == 1):
+            continue
+        const = lift.args[0]
+        if not (isinstance(const, torch.fx.Node) and const.op == "get_attr" and len(const.users) == 1):
+            continue
+        value = getattr(gm, const.target, None)
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu" or value.requires_grad:
+            continue
+        with unset_fake_temporarily():
+            setattr(gm, const.target, value.to(n.kwargs["device"]))
+        lift.meta = dict(lift.meta, val=n.meta.get("val"))
+        n.replace_all_uses_with(lift)
+        gm.graph.erase_node(n)
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+    return gm
 
 
 class _execution_scope:

@@ -9,10 +9,16 @@
 #include <ATen/Operators.h>
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 namespace tpu {
 namespace {
 
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+// torch 2.11's AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE names DimnameList
+// unqualified (sum.dim_DimnameList); 2.13 has no named tensors.
+using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

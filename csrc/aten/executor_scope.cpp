@@ -3,8 +3,10 @@
 #include <c10/util/Exception.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "csrc/exec/runtime.h"
@@ -13,8 +15,20 @@ namespace tpu {
 
 namespace {
 
+// A ThreadLocalDebugInfo slot of our own. torch 2.13's DebugInfoKind is a
+// class keyed by the address of a name; up to torch 2.11 it is a uint8_t enum
+// whose slots are matched by value, so there we take values past torch's own.
+template <class Kind = c10::DebugInfoKind>
+constexpr Kind debug_info_kind(const std::string_view* name, uint8_t legacy_value) {
+  if constexpr (std::is_enum_v<Kind>) {
+    return static_cast<Kind>(legacy_value);
+  } else {
+    return Kind(name);
+  }
+}
+
 constexpr std::string_view kExecutorInfoName = "TORCH_TPU_EXECUTOR";
-const c10::DebugInfoKind kExecutorInfo(&kExecutorInfoName);
+const c10::DebugInfoKind kExecutorInfo = debug_info_kind(&kExecutorInfoName, 0xA0);
 
 struct ExecutorInfo : c10::DebugInfoBase {
   explicit ExecutorInfo(std::shared_ptr<exec::Executor> e) : executor(std::move(e)) {}
@@ -33,7 +47,7 @@ thread_local std::vector<Saved> t_scopes;
 ExecutorInfo* scope_info() { return static_cast<ExecutorInfo*>(c10::ThreadLocalDebugInfo::get(kExecutorInfo)); }
 
 constexpr std::string_view kPrecisionInfoName = "TORCH_TPU_MATMUL_PRECISION";
-const c10::DebugInfoKind kPrecisionInfo(&kPrecisionInfoName);
+const c10::DebugInfoKind kPrecisionInfo = debug_info_kind(&kPrecisionInfoName, 0xA1);
 
 struct PrecisionInfo : c10::DebugInfoBase {
   explicit PrecisionInfo(at::Float32MatmulPrecision p) : precision(p) {}

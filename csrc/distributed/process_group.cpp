@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <mutex>
@@ -56,9 +57,17 @@ c10d::ReduceOp host_reduction(const c10d::ReduceOp& op) {
   return op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
 }
 
+// torch 2.13 renamed NCCLPreMulSumSupplement (2.11's only name) to
+// PreMulSumSupplement, keeping the old name as an alias.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+using PreMulSumSupplement = c10d::PreMulSumSupplement;
+#else
+using PreMulSumSupplement = c10d::NCCLPreMulSumSupplement;
+#endif
+
 at::Tensor prescaled(const c10d::ReduceOp& op, const at::Tensor& t) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  auto* s = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(s != nullptr, "tpu: PREMUL_SUM without a factor");
   return s->tensor_factor.defined() ? t * s->tensor_factor.to(t.device()) : t * s->double_factor;
 }
@@ -523,9 +532,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& opts) {
   Call c("all_to_all", c10d::OpType::ALLTOALL, *pool_);
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+  // torch 2.11's Gloo has no list all_to_all ("Backend gloo does not support
+  // alltoall"): the lists go as one all_to_all_single of their elements,
+  // flattened and concatenated, each tensor's elements one split.
+  TORCH_CHECK_VALUE(!inputs.empty() && inputs.size() == outputs.size(),
+                    "all_to_all: expects as many output as input tensors, one per rank");
+  std::vector<at::Tensor> parts;
+  std::vector<int64_t> input_splits, output_splits;
+  for (const auto& t : inputs) {
+    parts.push_back(t.reshape({-1}));
+    input_splits.push_back(t.numel());
+  }
+  int64_t total = 0;
+  for (const auto& t : outputs) {
+    output_splits.push_back(t.numel());
+    total += t.numel();
+  }
+  at::Tensor in = c.in(at::cat(parts));
+  at::Tensor out = pool_->take({total}, outputs.front().scalar_type());
+  int64_t offset = 0;
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    c.writeback.emplace_back(outputs[j], out.narrow(0, offset, output_splits[j]).view(outputs[j].sizes()));
+    c.outputs.push_back(outputs[j]);
+    offset += output_splits[j];
+  }
+  return run(c, [&] { return host_->alltoall_base(out, in, output_splits, input_splits, opts); });
+#else
   auto in = c.in(inputs);
   auto out = c.out(outputs);
   return run(c, [&] { return host_->alltoall(out, in, opts); });
+#endif
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

@@ -496,11 +496,15 @@ Value Builder::convert(Value x, DType to) {
   if (is_float8(from) && to != DType::F32 && to != DType::Pred) return convert(convert(x, DType::F32), to);
   // PyTorch's casts to float8_e4m3fn saturate: beyond +-448 (infinities
   // included) they give +-448; NaN stays NaN. (The other 8-bit types give
-  // an infinity, or NaN where they have none.)
+  // an infinity, or NaN where they have none.) Built against torch before
+  // 2.13 (CMake defines TORCH_TPU_FLOAT8_E4M3FN_OVERFLOW_IS_NAN), they
+  // don't: what rounds past 448 becomes NaN, as stablehlo.convert gives it.
+#ifndef TORCH_TPU_FLOAT8_E4M3FN_OVERFLOW_IS_NAN
   if (to == DType::F8E4M3FN) {
     Value hi = full(448, from, dims(x)), lo = full(-448, from, dims(x));
     x = select(compare(Cmp::GT, x, hi), hi, select(compare(Cmp::LT, x, lo), lo, x));
   }
+#endif
   // Float to integers as the host's casts give them (x86): NaN and values
   // out of a signed 32/64-bit range become its lowest value, and narrow or
   // unsigned integers wrap from such a wide signed integer instead of
