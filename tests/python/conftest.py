@@ -79,6 +79,20 @@ def run_python(code, env=None, timeout=600):
                           env=full_env, timeout=timeout)
 
 
+def run_torchrun(script_text, tmp_path, nproc=2, timeout=180):
+    """Run `script_text` under torchrun with `nproc` ranks on this host
+    (loopback); the script finds tmp_path in $RESULTS. Each rank gets its own
+    device (TORCH_TPU_CPU_DEVICES left to torchrun's LOCAL_WORLD_SIZE)."""
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    env = dict(os.environ, RESULTS=str(tmp_path))
+    env.pop("TORCH_TPU_CPU_DEVICES", None)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
 @pytest.fixture
 def tpu():
     return torch.device("tpu")

@@ -2,11 +2,10 @@
 fresh processes that never name torch_tpu (torchrun scripts, spawned
 DataLoader workers), and TORCH_DEVICE_BACKEND_AUTOLOAD=0 leaves torch as it is."""
 
-import os
 import subprocess
 import sys
 
-from conftest import run_python
+from conftest import run_python, run_torchrun
 
 _NO_IMPORT = r"""
 import sys, torch
@@ -100,14 +99,7 @@ dist.destroy_process_group()
 
 
 def test_torchrun_script_without_the_import_uses_the_tpu_backend(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(_TORCHRUN)
-    env = dict(os.environ, RESULTS=str(tmp_path))
-    env.pop("TORCH_TPU_CPU_DEVICES", None)
-    r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
+    r = run_torchrun(_TORCHRUN, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(2):
         assert (tmp_path / f"rank{rank}").read_text() == f"True tpu:{rank}"

@@ -5,8 +5,6 @@ CPU tensors and single-process training. Workers: dist_workers.py."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -17,7 +15,7 @@ import torch.nn as nn
 import torch_tpu  # noqa: F401
 
 import dist_workers as w
-from conftest import run_python
+from conftest import run_python, run_torchrun
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
 
@@ -97,15 +95,7 @@ dist.destroy_process_group()
 
 
 def test_torchrun_each_rank_takes_its_own_device(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(TORCHRUN_SCRIPT)
-    env = dict(os.environ)
-    env.pop("TORCH_TPU_CPU_DEVICES", None)
-    env["RESULTS"] = str(tmp_path)
-    r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
-        capture_output=True, text=True, timeout=120, env=env,
-    )
+    r = run_torchrun(TORCHRUN_SCRIPT, tmp_path, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in range(2):
         assert (tmp_path / f"rank{rank}").read_text() == f"devices 2 on tpu:{rank}"
