@@ -51,6 +51,142 @@ def assert_same(tpu_result, cpu_result, **tol):
     torch.testing.assert_close(got, cpu_result, equal_nan=True, **kw)
 
 
+def ulp(x, dtype):
+    """The spacing of `dtype`'s numbers at each element of `x` (float64):
+    2^floor(log2|x|) * eps, the subnormal spacing below the smallest normal."""
+    fi = torch.finfo(dtype)
+    mag = x.detach().to(torch.float64).abs().nan_to_num(nan=0.0, posinf=fi.max, neginf=fi.max).clamp(min=fi.tiny)
+    return torch.exp2(torch.floor(torch.log2(mag))) * fi.eps
+
+
+def _to_float64(tree, absolute=False):
+    """Floating and complex tensors of `tree` in double precision (their
+    magnitudes with absolute=True), on the CPU, detached (requires_grad
+    kept); anything else as it is."""
+    from torch.utils._pytree import tree_map
+
+    def up(x):
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            y = x.detach().cpu().to(torch.complex128 if x.is_complex() else torch.float64)
+            y = y.abs() if absolute else y
+            return y.requires_grad_(x.requires_grad)
+        return x
+
+    return tree_map(up, tree)
+
+
+def _cpu_copy(tree):
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.detach().cpu().clone().requires_grad_(x.requires_grad)
+                    if isinstance(x, torch.Tensor) else x, tree)
+
+
+def assert_close_to_float64_reference(tpu_result, cpu_fn, inputs, ulps=2, terms=4096, sum_of_products=False,
+                                      roundings=0, atol=None):
+    """A reduced-precision (bfloat16, float16, 8-bit float) tpu result is as
+    accurate as a correct kernel's, whatever CPU's own kernel for the dtype
+    does.
+
+    `inputs` are the op's operands, already rounded to the reduced dtype (or
+    rounded by cpu_fn itself), a tuple passed to cpu_fn positionally; cpu_fn
+    may return a tuple (e.g. a result and gradients). The reference is cpu_fn on them upcast to
+    float64: the exact answer to the rounded inputs, to float64's precision.
+    CPU's reduced-precision kernels round otherwise from one machine to
+    another (oneDNN's bfloat16 3-d convolution on an AVX2-only CPU is 275
+    ulps off where this CPU's is 0.5), so comparing with CPU's
+    reduced-precision result measures CPU's kernel.
+
+    Each element of each floating result must lie within `ulps` ulps (of the
+    result's dtype, at the reference's magnitude) of the reference, plus an
+    absolute term for sums. A kernel that accumulates in float32 and rounds
+    once is within 0.5 ulp plus float32's error of the sum, at most
+    n * 2^-24 * the sum of the n terms' magnitudes (it shows where the sum
+    cancels, near zero). With sum_of_products (each result element a sum of
+    products of input elements with non-negative coefficients: matmul,
+    convolution and their gradients) that sum of magnitudes is cpu_fn of
+    the inputs' magnitudes, element by element; else each term is taken no
+    larger than the result's largest magnitude. `terms` bounds n (float64
+    results: 2^-53 for 2^-24). A kernel that rounds `roundings`
+    intermediate values to the inputs' (or the result's) dtype (addmm's
+    product before the bias is added, the statistics a norm saves for its
+    backward, attention's scores) adds half an ulp of a value of that
+    magnitude for each (a number, or one for each result). `atol` replaces
+    the absolute term. None of this depends on CPU's kernel for the dtype:
+    its result gives only the expected shapes and dtypes (and the values of
+    integer and boolean results: indices, masks), and its error, in the
+    message, for comparison."""
+    from torch.utils._pytree import tree_flatten
+
+    ref = cpu_fn(*_to_float64(tuple(inputs)))
+    low = cpu_fn(*_cpu_copy(tuple(inputs)))
+    magnitude = cpu_fn(*_to_float64(tuple(inputs), absolute=True)) if sum_of_products else None
+    # half an ulp of the least precise floating input (intermediates' rounding)
+    inter = max([torch.finfo(x.dtype).eps / 2 for x in tree_flatten(tuple(inputs))[0]
+                 if isinstance(x, torch.Tensor) and x.is_floating_point()] + [0.0])
+    _assert_near_reference(tpu_result, ref, low, magnitude, ulps, terms, (roundings, inter), atol, path="result")
+
+
+def _assert_near_reference(got, ref, low, magnitude, ulps, terms, roundings, atol, path):
+    if isinstance(low, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(low), (path, type(got))
+        for i, (g, r, lo) in enumerate(zip(got, ref, low)):
+            m = None if magnitude is None else magnitude[i]
+            count, inter = roundings
+            count = count[i] if isinstance(count, (tuple, list)) else count
+            _assert_near_reference(g, r, lo, m, ulps, terms, (count, inter), atol, f"{path}[{i}]")
+        return
+    if low is None:
+        assert got is None, (path, type(got))
+        return
+    assert isinstance(got, torch.Tensor), (path, type(got))
+    assert got.device.type == "tpu", f"{path} on {got.device}, expected tpu"
+    got, ref, low = got.detach().cpu(), ref.detach(), low.detach()
+    assert got.shape == low.shape, (path, got.shape, low.shape)
+    assert got.dtype == low.dtype, (path, got.dtype, low.dtype)
+    if got.is_complex():  # (real and imaginary parts, each a float)
+        got, ref, low = (torch.view_as_real(t.resolve_conj()) for t in (got, ref, low))
+        magnitude = None if magnitude is None else torch.stack([magnitude.abs()] * 2, -1)
+    if not got.is_floating_point():
+        assert torch.equal(got, low), f"{path}: {got} != CPU's {low}"
+        return
+    ref, got64 = ref.to(torch.float64), got.to(torch.float64)
+    # Where the reference rounds to an infinity or is not a number, the
+    # result is that special value.
+    rounded = ref.to(got.dtype).to(torch.float64)
+    special = ~rounded.isfinite()
+    assert torch.equal(got64[special].isnan(), rounded[special].isnan()) and \
+        torch.equal(got64[special].nan_to_num(), rounded[special].nan_to_num()), \
+        f"{path}: {got64[special]} where the float64 reference is {ref[special]}"
+    finite = ~special
+    if not finite.any():
+        return
+    # float32's unit roundoff (float64's for float64 results), the result's
+    unit = min(torch.finfo(got.dtype).eps / 2, 2.0 ** -24)
+    count, inter = roundings
+    inter = max(inter, torch.finfo(got.dtype).eps / 2)
+    if atol is not None:
+        bound = atol
+    else:
+        size = magnitude.detach().to(torch.float64).abs() if magnitude is not None else ref[finite].abs().max().item()
+        bound = (terms * unit + count * inter) * size
+    cpu_err = (low.to(torch.float64) - ref).abs()[finite].nan_to_num(posinf=0.0).max().item()
+    err = (got64 - ref).abs()
+    bad = finite & ~(err <= ulps * ulp(ref, got.dtype) + bound)
+    if bad.any():
+        i = int(torch.nonzero(bad.reshape(-1))[0])
+        e, r, g = err.reshape(-1)[i].item(), ref.reshape(-1)[i].item(), got64.reshape(-1)[i].item()
+        raise AssertionError(
+            f"{path} ({got.dtype}): {int(bad.sum())} of {bad.numel()} elements farther from the float64 reference "
+            f"than {ulps} ulps + {_at(bound, i):.3g}; the first at flat index {i}: {g!r}, reference {r!r}, error {e:.3g} "
+            f"({e / ulp(torch.tensor(r), got.dtype).item():.2f} ulps); largest error {err[finite].max().item():.3g}, "
+            f"CPU's own {cpu_err:.3g}")
+
+
+def _at(bound, i):
+    return bound.reshape(-1)[i].item() if isinstance(bound, torch.Tensor) else bound
+
+
 def assert_trained_close(got, want, any_atol, most_rtol=1e-5, most_atol=1e-6, most=0.95):
     """Parameters after optimizer steps: every element within `any_atol`,
     and at least a fraction `most` of them within (most_rtol, most_atol).

@@ -200,21 +200,33 @@ def test_non_blocking_copy_behind_a_long_program_returns_before_it_lands():
     w = torch.randn(768, 768, device="tpu") / 28
     x = torch.randn(768, 768, device="tpu")
 
-    def long_program(x):
-        for _ in range(40):
+    def long_program(x, times=1):
+        for _ in range(40 * times):
             x = torch.tanh(x @ w)
         return x
 
     long_program(x).sum().item()  # compiled
     big = torch.arange(1 << 22, dtype=torch.float32, device="tpu")
-    src = big + long_program(x).sum() * 0  # ready only once the chain is done
-    out = torch.empty(1 << 22, pin_memory=True)
-    out.copy_(src, non_blocking=True)
-    ev = torch.tpu.Event()
-    ev.record()
-    if torch_tpu.get_execution_mode() != "debug":  # debug eager: every copy blocks, as with CUDA_LAUNCH_BLOCKING
-        assert not ev.query()
-        assert not torch.tpu.current_stream().query()
+    # Conditions, not durations: the chain is still running after the copy
+    # returned and the queries were made (its own Event says so: then the
+    # copy cannot have landed, and the later Event and the stream are not
+    # complete); a machine that finished the chain first gets a longer one.
+    for times in (1, 4, 16):
+        src = big + long_program(x, times).sum() * 0  # ready only once the chain is done
+        src_ready = torch.tpu.Event()
+        src_ready.record()
+        out = torch.empty(1 << 22, pin_memory=True)
+        out.copy_(src, non_blocking=True)
+        ev = torch.tpu.Event()
+        ev.record()
+        ev_done, stream_done, src_done = ev.query(), torch.tpu.current_stream().query(), src_ready.query()
+        if torch_tpu.get_execution_mode() == "debug":  # every copy blocks, as with CUDA_LAUNCH_BLOCKING
+            break
+        if not src_done:
+            assert not ev_done and not stream_done
+            break
+    else:
+        raise AssertionError("the chain was done before the copy returned, even 16 times as long")
     src.add_(1)  # written in place (its old buffer donated) while the copy may still read it
     ev.synchronize()
     assert ev.query()

@@ -4,7 +4,7 @@ broadcasting, type promotion, non-contiguous and zero-size inputs."""
 import pytest
 import torch
 
-from conftest import assert_same, make, tolerance
+from conftest import assert_close_to_float64_reference, assert_same, make, tolerance
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 NUMERIC = FLOATS + [torch.int64, torch.int32, torch.uint8]
@@ -123,16 +123,18 @@ def test_where(dtype):
 def test_sum_mean(dtype, dim, keepdim):
     a = make((3, 4, 5), dtype)
     t = a.to("tpu")
-    if dim is None:
-        assert_same(t.sum(), a.sum())
+    sum_ = (lambda x: x.sum()) if dim is None else (lambda x: x.sum(dim, keepdim=keepdim))
+    mean = (lambda x: x.mean()) if dim is None else (lambda x: x.mean(dim, keepdim=keepdim))
+    if dtype == torch.bfloat16:  # against the float64 sums of the same values, not CPU's bfloat16 kernel
+        assert_close_to_float64_reference(sum_(t), sum_, (a,), sum_of_products=True, terms=a.numel())
+        assert_close_to_float64_reference(mean(t), mean, (a,), sum_of_products=True, terms=a.numel())
     else:
-        assert_same(t.sum(dim, keepdim=keepdim), a.sum(dim, keepdim=keepdim))
+        assert_same(sum_(t), sum_(a))
+        if dtype.is_floating_point:
+            assert_same(mean(t), mean(a))
+    if dim is not None:
         assert_same(t.sum(dim, dtype=torch.float64), a.sum(dim, dtype=torch.float64))
-    if dtype.is_floating_point:
-        tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
-        m = t.mean() if dim is None else t.mean(dim, keepdim=keepdim)
-        assert_same(m, a.mean() if dim is None else a.mean(dim, keepdim=keepdim), **tol)
-    else:
+    if not dtype.is_floating_point:
         with pytest.raises(RuntimeError, match="mean"):
             t.mean()
     z = make((0, 3), dtype).to("tpu")
@@ -143,15 +145,21 @@ def test_sum_mean(dtype, dim, keepdim):
 @pytest.mark.parametrize("m,k,n", [(2, 3, 4), (16, 32, 8), (1, 1, 1), (0, 3, 2), (3, 0, 2)])
 def test_matmuls(dtype, m, k, n):
     a, b = make((m, k), dtype, 1, -2, 2), make((k, n), dtype, 2, -2, 2)
-    tol = dict(rtol=2e-2, atol=5e-2) if dtype == torch.bfloat16 else {}
-    assert_same(torch.mm(*on_tpu(a, b)), torch.mm(a, b), **tol)
-    assert_same(torch.mm(*on_tpu(non_contiguous(a), b)), torch.mm(a, b), **tol)
+
+    def check(got, fn, *inputs, roundings=0):
+        if dtype == torch.bfloat16:  # against the float64 product of the same values, not CPU's bfloat16 kernel
+            assert_close_to_float64_reference(got, fn, inputs, sum_of_products=True, terms=k + 1, roundings=roundings)
+        else:
+            assert_same(got, fn(*inputs))
+
+    check(torch.mm(*on_tpu(a, b)), torch.mm, a, b)
+    check(torch.mm(*on_tpu(non_contiguous(a), b)), torch.mm, a, b)
     bias = make((n,), dtype, 3, -2, 2)
     if dtype.is_floating_point:
-        assert_same(torch.addmm(*on_tpu(bias, a, b), beta=0.5, alpha=2.0),
-                    torch.addmm(bias, a, b, beta=0.5, alpha=2.0), **tol)
+        addmm = lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0)  # noqa: E731
+        check(addmm(*on_tpu(bias, a, b)), addmm, bias, a, b, roundings=1)  # (the product, rounded before the sum)
     ba, bb = make((3, m, k), dtype, 4, -2, 2), make((3, k, n), dtype, 5, -2, 2)
-    assert_same(torch.bmm(*on_tpu(ba, bb)), torch.bmm(ba, bb), **tol)
+    check(torch.bmm(*on_tpu(ba, bb)), torch.bmm, ba, bb)
 
 
 def test_addmm_beta_zero_ignores_nan():
