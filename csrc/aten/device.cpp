@@ -234,6 +234,25 @@ class TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
+// tensor.record_stream(stream) (DDP, FSDP and data loaders call it): a
+// no-op, and a correct one. CUDA's caching allocator needs it so that memory
+// freed on one stream is not handed out while another stream's kernels may
+// still read it. Here a storage's memory is its own PJRT buffer (the address
+// the allocator reuses names no device memory), a device has one in-order
+// stream, and a buffer dropped while a started program still reads it
+// (Launcher::start lets go of a program's arguments once it is started; a
+// fused graph holds its inputs until it runs) is only released by PJRT once
+// that program is done (PJRT_Buffer_Destroy: memory is freed lazily, after
+// the pending uses complete). No memory can be reused under a reader.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "record_stream: expected a stream of the tpu device, but got a stream of ", stream.device());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", TORCH_FN(record_stream));
+}
+
 TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
   m.def("_event_elapsed_ms(int start, int end) -> float", &event_elapsed_ms);
 }

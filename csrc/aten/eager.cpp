@@ -109,10 +109,13 @@ uint64_t scalar_bits(const c10::Scalar& s, DType dtype) {
     default: {
       TORCH_CHECK(hlo::is_int(dtype), "tpu: cannot pass a ", s.type(), " scalar as ",
                   hlo::mlir_name(dtype));
-      // C conversion semantics (truncation toward zero, two's complement wrap).
-      int64_t v = is_float_scalar ? static_cast<int64_t>(s.toDouble())
-                  : s.isBoolean()  ? static_cast<int64_t>(s.toBool())
-                                   : s.toLong();
+      // C conversion semantics (truncation toward zero, two's complement
+      // wrap): a Python int in [2**63, 2**64) is a uint64 Scalar, and
+      // x.add_(2**63) wraps it as CPU does.
+      int64_t v = is_float_scalar                ? static_cast<int64_t>(s.toDouble())
+                  : s.isBoolean()                ? static_cast<int64_t>(s.toBool())
+                  : s.type() == at::kUInt64      ? static_cast<int64_t>(s.toUInt64())
+                                                 : s.toLong();
       bits = static_cast<uint64_t>(v);
       const int w = hlo::bit_width(dtype);
       if (w < 64) bits &= (uint64_t{1} << w) - 1;
@@ -274,6 +277,7 @@ std::vector<at::Tensor> deliver(const ProgramPlan& plan, const BoundProgram& bou
 
 void raise_check_failure(const exec::CheckFailure& e) {
   if (e.is_index_error()) TORCH_CHECK_INDEX(false, e.what());
+  if (e.is_linalg_error()) TORCH_CHECK_LINALG(false, e.message());
   TORCH_CHECK(false, e.message());
 }
 

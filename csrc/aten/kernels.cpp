@@ -26,6 +26,8 @@
 #include "csrc/aten/eager.h"
 #include "csrc/aten/eager_args.h"
 #include "csrc/aten/op_memo.h"
+#include "csrc/aten/out_dtypes.h"
+#include "csrc/aten/scalar_ranges.h"
 #include "csrc/exec/executable_cache.h"
 #include "csrc/lowering/lowering.h"
 
@@ -57,6 +59,7 @@ struct Entry {
   bool grows_arange = false;  // arange.start_out: a growing arange is padded (grow_arange)
   bool grows_fill = false;    // fill_.Scalar: a fill at changing sizes is padded (grow_fill)
   int rows_operand = -1;      // mm, addmm: the matrix whose rows make the result's (BucketedOperands::rows_of)
+  const ScalarRangeRule* scalar_ranges = nullptr;  // Scalars CPU converts with a range check (scalar_ranges.h)
 };
 
 // Ops whose CPU kernels refuse an output that is also an input.
@@ -165,10 +168,16 @@ std::optional<std::vector<at::Tensor>> run_on_meta(const c10::OperatorHandle& op
 }
 
 // PyTorch's meta kernels of the fused RNN cells read the optional biases
-// unconditionally (an AttributeError for an LSTM without bias), and
-// _scaled_mm's asks for CUDA's multiples of 16 that CPU does not; these
-// lowerings check their arguments themselves.
-bool meta_is_broken(const Entry& e) {
+// unconditionally (an AttributeError for an LSTM without bias), _scaled_mm's
+// asks for CUDA's multiples of 16 that CPU does not, and where's refuses the
+// uint8 condition CPU still takes (deprecated); these lowerings check their
+// arguments themselves.
+bool meta_is_broken(const Entry& e, const std::vector<c10::IValue>& args) {
+  // (and all's and any's out= refuse a bool out tensor for a uint8 input)
+  const bool all_any = e.functional.rfind("aten::all", 0) == 0 || e.functional.rfind("aten::any", 0) == 0;
+  if (e.functional == "aten::where.self" || (e.kind == VariantKind::Out && all_any)) {
+    return !args.empty() && args[0].isTensor() && args[0].toTensor().scalar_type() == at::kByte;
+  }
   return e.functional == "aten::_thnn_fused_lstm_cell" || e.functional == "aten::_thnn_fused_gru_cell" ||
          e.functional == "aten::_scaled_mm";
 }
@@ -183,7 +192,7 @@ void lay_out_as(EagerProgram& p, const std::vector<at::Tensor>& meta, std::vecto
 
 void lay_out_like_pytorch(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, const Entry& e,
                           EagerProgram& p, std::vector<Value>& outputs) {
-  if (meta_is_broken(e)) return;
+  if (meta_is_broken(e, args)) return;
   std::optional<std::vector<at::Tensor>> meta;
   try {
     meta = run_on_meta(op, args);
@@ -232,7 +241,7 @@ void validate_once(const c10::OperatorHandle& op, const std::vector<c10::IValue>
     std::lock_guard<std::mutex> lock(g_validated_mu);
     if (g_validated.count(key)) return;
   }
-  if (meta_is_broken(e)) return;
+  if (meta_is_broken(e, args)) return;
   auto meta = run_on_meta(op, args);
   if (meta && e.kind == VariantKind::Functional) {
     TORCH_CHECK(meta->size() == outputs.size(), "torch_tpu internal error: the lowering of ",
@@ -960,6 +969,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
     });
   }
 
+  if (e.scalar_ranges != nullptr) check_scalar_ranges(*e.scalar_ranges, args);
   if (e.kind != VariantKind::Functional) check_overlaps(e, args, op.operator_name());
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
@@ -974,6 +984,10 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   }
 
   EagerProgram p(device, sig ? &*sig : nullptr);
+  if (e.kind == VariantKind::Out) {
+    check_out_dtypes(e.functional, args, e.out_args, {});
+    out_dtype_as_argument(e.functional, args, e.out_args);
+  }
   std::optional<at::ScalarType> out_dtype;
   if (e.kind == VariantKind::Out && !e.out_args.empty()) {
     for_each_tensor(args[e.out_args[0]], [&](const at::Tensor& t) {
@@ -1033,6 +1047,11 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
     if (!results.empty()) {
       TORCH_CHECK(dsts.size() == results.size(), "torch_tpu internal error: ", e.functional,
                   " returned ", results.size(), " results for ", dsts.size(), " outputs");
+      if (e.kind == VariantKind::Out) {
+        std::vector<at::ScalarType> types;
+        for (const Value& v : results) types.push_back(to_aten(p.builder().dtype(v)));
+        check_out_dtypes(e.functional, args, e.out_args, types);
+      }
       for (size_t k = 0; k < dsts.size(); ++k) {
         write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos, e.functional,
                    e.kind == VariantKind::Inplace && writes_one_value(e.functional, args));
@@ -1081,6 +1100,7 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.grows_arange = functional == "aten::arange.start_out" && kind == VariantKind::Out;
   e.grows_fill = (functional == "aten::fill.Scalar" || functional == "aten::zero") && kind == VariantKind::Inplace;
   e.rows_operand = functional == "aten::mm" ? 0 : functional == "aten::addmm" ? 1 : -1;
+  e.scalar_ranges = scalar_range_rule(functional);
   // (the variant's own arguments: an out= variant's come first, as the functional op's)
   const auto& params = handle->schema().arguments();
   for (size_t i = 0; i < params.size() && i < 64; ++i) {

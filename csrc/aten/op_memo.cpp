@@ -32,6 +32,8 @@ void put_number(std::string& key, const c10::Scalar& s) {
     put(key, s.toDouble());
   } else if (s.isBoolean()) {
     put(key, s.toBool());
+  } else if (s.type() == at::kUInt64) {
+    put(key, s.toUInt64());  // (a Python int in [2**63, 2**64))
   } else {
     put(key, s.toLong());
   }

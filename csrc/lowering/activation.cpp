@@ -184,13 +184,14 @@ TPU_LOWERINGS(activation) {
     });
   });
   reg("aten::hardtanh", [](Context& c) {
-    const double lo = dbl(c, 1, -1), hi = dbl(c, 2, 1);
-    const at::ScalarType t = c.args.info(0).dtype;
+    const DType t = to_hlo(c.args.info(0).dtype);
     Builder& b = c.b;
     Value x = c.args.tensor(0);
-    Value r = b.min(b.max(x, splat(b, c.args.runtime_scalar(lo, to_hlo(t)), b.dims(x))),
-                    splat(b, c.args.runtime_scalar(hi, to_hlo(t)), b.dims(x)));
-    return one(r);
+    // (the bounds as given: an int64 bound read as a double would round)
+    auto bound = [&](size_t i, double dflt) {
+      return splat(b, c.args.has(i) ? c.args.scalar_value(i, t) : c.args.runtime_scalar(dflt, t), b.dims(x));
+    };
+    return one(b.min(b.max(x, bound(1, -1)), bound(2, 1)));
   });
   reg("aten::hardtanh_backward", [](Context& c) {
     const double lo = dbl(c, 2, -1), hi = dbl(c, 3, 1);

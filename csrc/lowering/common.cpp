@@ -9,6 +9,8 @@ namespace tpu::lowering {
 
 at::ScalarType default_float() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
 
+std::string type_meta_name(at::ScalarType t) { return std::string(c10::scalarTypeToTypeMeta(t).name()); }
+
 Dims arg_shape(Context& c, size_t i) { return c.args.is_tensor(i) ? c.args.info(i).sizes : Dims{}; }
 
 ResultType& promote_arg(ResultType& r, Context& c, size_t i) {

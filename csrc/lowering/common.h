@@ -12,6 +12,9 @@ inline std::vector<Value> one(Value v) { return {v}; }
 inline Value cast(Builder& b, Value v, at::ScalarType t) { return b.convert(v, to_hlo(t)); }
 
 inline bool is_integral(at::ScalarType t) { return c10::isIntegralType(t, /*includeBool=*/true); }
+// A dtype as CPU messages that print a tensor's dtype() name it ("float",
+// "long int", "c10::Half"), not as ScalarType names it ("Float").
+std::string type_meta_name(at::ScalarType t);
 inline bool is_floating(at::ScalarType t) { return c10::isFloatingType(t); }
 
 // The default float dtype (torch.get_default_dtype()).

@@ -220,16 +220,23 @@ Lu lu_factor(Builder& b, Value a) {
         Value rows = rb.iota(it, r - 2), cols = rb.iota(it, r - 1), jd = rb.broadcast_in_dim(j, d, {});
         Value rid = rb.iota(Type{DType::I64, md}, nb), jm = rb.broadcast_in_dim(j, md, {});
         // The pivot: the first row i >= j of largest |A[i, j]| (of |re| + |im|
-        // for complex A, as izamax measures).
+        // for complex A, as izamax measures). As idamax compares, a NaN is
+        // never larger: it is passed over, unless it is A[j, j], the first
+        // one, which then nothing beats (and its NaNs spread over the rest
+        // of the factors, as in LAPACK).
         const DType rdt = hlo::real_type(dt);
         Value cj = take_col(rb, A, j);
         Value size = hlo::is_complex(dt) ? rb.add(rb.abs(rb.real(cj)), rb.abs(rb.imag(cj))) : rb.abs(cj);
-        Value mag = rb.select(rb.compare(Cmp::GE, rid, jm), size, rb.full(-1, rdt, md));
+        Value candidate = rb.compare(Cmp::GE, rid, jm);
+        Value mag = rb.select(rb.and_(candidate, rb.compare(Cmp::EQ, size, size)), size, rb.full(-1, rdt, md));
         Value best = rb.reduce(mag, rb.constant(-1, rdt), {nb}, "stablehlo.maximum");
-        Value at_best = rb.compare(Cmp::EQ, mag, per_batch(rb, best, md));
+        Value at_best = rb.and_(candidate, rb.compare(Cmp::EQ, mag, per_batch(rb, best, md)));
         Value p = rb.reduce(rb.select(at_best, rid, rb.full_int(m, DType::I64, md)), rb.constant_int(m, DType::I64),
                             {nb}, "stablehlo.minimum");
-        p = rb.select(rb.compare(Cmp::GE, p, rb.full_int(m, DType::I64, batch)), rb.broadcast_in_dim(j, batch, {}), p);
+        Value first = take_elem(rb, size, j);
+        Value keep_j = rb.or_(rb.compare(Cmp::NE, first, first),
+                              rb.compare(Cmp::GE, p, rb.full_int(m, DType::I64, batch)));
+        p = rb.select(keep_j, rb.broadcast_in_dim(j, batch, {}), p);
         Value kid = rb.iota(Type{DType::I64, kd}, nb);
         Value p1 = rb.convert(rb.add(p, rb.full_int(1, DType::I64, batch)), DType::I32);
         piv = rb.select(rb.compare(Cmp::EQ, kid, rb.broadcast_in_dim(j, kd, {})), per_batch(rb, p1, kd), piv);
@@ -491,7 +498,10 @@ std::vector<Value> lower_det(Context& c) {
 std::vector<Value> lower_slogdet(Context& c) {
   Builder& b = c.b;
   DetParts p = det_parts(c, "linalg.slogdet");
-  Value sgn = b.reduce(b.unary("stablehlo.sign", p.diag), b.constant(1, p.dt), {p.last}, "stablehlo.multiply");
+  Value signs = b.unary("stablehlo.sign", p.diag);
+  // (a NaN's sign is 0, as torch.sign gives it: CPU's sign of a matrix holding NaN)
+  if (!hlo::is_complex(p.dt)) signs = b.select(b.compare(Cmp::NE, p.diag, p.diag), zeros_like(b, signs), signs);
+  Value sgn = b.reduce(signs, b.constant(1, p.dt), {p.last}, "stablehlo.multiply");
   Value logabs = sum_dim(b, b.unary("stablehlo.log", b.abs(p.diag)), p.last);
   return {b.mul(p.perm_sign, sgn), logabs, p.f.lu, p.f.pivots};
 }
@@ -905,6 +915,21 @@ std::pair<Value, Value> jacobi_eigh(Builder& b, Value a) {
   return {sorted[0], V};
 }
 
+// A NaN in `a` is LAPACK's error (CPU's torch.linalg.LinAlgError), raised
+// by a device-side check when the result is read.
+void check_no_nan(Context& c, Value a, const std::string& message) {
+  Builder& b = c.b;
+  if (b.type(a).numel() == 0) return;
+  Value nan = b.reduce(b.compare(Cmp::NE, a, a), b.constant_bool(false), seq(0, b.rank(a)), "stablehlo.or");
+  c.args.check(b.not_(nan), std::string(exec::kLinAlgErrorCheck) + message);
+}
+
+// Per matrix of a [B..., m, n]: whether every element is finite ([B...]).
+Value all_finite(Builder& b, Value a) {
+  const int64_t r = b.rank(a);
+  return b.reduce(b.is_finite(a), b.constant_bool(true), {r - 2, r - 1}, "stablehlo.and");
+}
+
 // The symmetric matrix whose `lower` (or upper) triangle A holds.
 Value symmetrize(Builder& b, Value a, bool lower) {
   Value tri = band(b, a, lower, 0);
@@ -920,7 +945,12 @@ std::vector<Value> lower_eigh(Context& c) {
   TORCH_CHECK(uplo == "L" || uplo == "U" || uplo == "l" || uplo == "u",
               "Expected UPLO argument to be 'L' or 'U', but got ", uplo);
   const bool compute_v = !c.args.has(2) || c.args.bool_(2);
-  auto [w, V] = jacobi_eigh(b, symmetrize(b, a, uplo == "L" || uplo == "l"));
+  const bool lower = uplo == "L" || uplo == "l";
+  // A NaN in the triangle read is LAPACK's failure to converge (syevd's info > 0).
+  check_no_nan(c, band(b, a, lower, 0),
+               "linalg.eigh: The algorithm failed to converge because the input matrix is ill-conditioned or has "
+               "too many repeated eigenvalues.");
+  auto [w, V] = jacobi_eigh(b, symmetrize(b, a, lower));
   return {w, compute_v ? V : b.zeros(Type{b.dtype(a), {0}})};
 }
 
@@ -1035,6 +1065,8 @@ std::vector<Value> lower_lstsq(Context& c) {
     Value utb = matmul(b, mT(b, usv[0]), Bm);  // [k, nrhs]
     utb = b.mul(utb, along_rows(b, inv, b.dims(utb)));
     solution = matmul(b, usv[2], utb);
+    // (A holding inf or NaN: no solution, NaN, as CPU's gelsy leaves it)
+    solution = b.select(per_batch(b, all_finite(b, A), b.dims(solution)), solution, b.full(NAN, dt, b.dims(solution)));
     rank = b.reduce(b.convert(keep, DType::I64), b.constant_int(0, DType::I64), {r - 2}, "stablehlo.add");
   }
   // Residuals: for tall A (not gelsy), |A x - B|^2 per column, when every
@@ -1107,7 +1139,10 @@ std::vector<Value> lower_matrix_exp(Context& c) {
         Value sq = matmul(rb, v[1], v[1]);
         return std::vector<Value>{rb.add(v[0], rb.constant_int(1, DType::I64)), rb.select(more, sq, v[1]), v[2], v[3]};
       });
-  return one(cast(b, out[1], in.dtype));
+  // A matrix holding inf or NaN: NaN everywhere, as on CPU (whose scaling by
+  // an infinite norm leaves nothing finite).
+  Value result = b.select(per_batch(b, all_finite(b, a), d), out[1], b.full(NAN, dt, d));
+  return one(cast(b, result, in.dtype));
 }
 
 // _linalg_svd(A, full_matrices, compute_uv, *, driver) -> (U, S, Vh)
@@ -1121,6 +1156,8 @@ std::vector<Value> lower_svd(Context& c) {
   const int64_t m = d[r - 2], n = d[r - 1];
   (void)m;
   (void)n;
+  check_no_nan(c, a, "linalg.svd: The algorithm failed to converge because the input matrix contained non-finite "
+                     "values.");
   std::vector<Value> usv = svd_reduced(b, a);
   Value U = usv[0], S = usv[1], V = usv[2];
   if (!compute_uv) return {b.zeros(Type{b.dtype(a), {0}}), S, b.zeros(Type{b.dtype(a), {0}})};

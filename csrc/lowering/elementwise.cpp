@@ -96,13 +96,26 @@ std::vector<Value> lower_add(Context& c) {
   return one(cast(c.b, add_scaled(c, p.a, p.b, 2, p.compute, false), p.type));
 }
 
+// CPU's sub_check: no bool operand (a Python bool is one too).
+void check_sub_operands(Context& c) {
+  auto is_bool = [&](size_t i) {
+    return (c.args.is_tensor(i) ? c.args.info(i).dtype : c.args.scalar_kind(i)) == at::kBool;
+  };
+  TORCH_CHECK(!(is_bool(0) && is_bool(1)), "Subtraction, the `-` operator, with two bool tensors is not supported. "
+              "Use the `^` or `logical_xor()` operator instead.");
+  TORCH_CHECK(!is_bool(0) && !is_bool(1), "Subtraction, the `-` operator, with a bool tensor is not supported. "
+              "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+}
+
 std::vector<Value> lower_sub(Context& c) {
+  check_sub_operands(c);
   Promoted p = promote2(c, 0, 1, true);
   return one(cast(c.b, add_scaled(c, p.a, p.b, 2, p.compute, true), p.type));
 }
 
 // rsub(self, other, alpha) = other - alpha * self
 std::vector<Value> lower_rsub(Context& c) {
+  check_sub_operands(c);
   Promoted p = promote2(c, 0, 1, true);
   return one(cast(c.b, add_scaled(c, p.b, p.a, 2, p.compute, true), p.type));
 }
@@ -244,6 +257,34 @@ std::vector<Value> lower_fmod(Context& c) {
   return binary_arith(c, "stablehlo.remainder");
 }
 
+// x ** e of integers. XLA's integer pow reads only e's low 6 bits (x ** 64
+// was 1, 0 ** 300 was 1), while CPU's wraps like repeated multiplication:
+// exponents from 64 on are taken by squaring, one loop step per bit of the
+// largest of them (no step when there is none). (Negative exponents: XLA's
+// answer, 1, -1 or 0, as on CPU.)
+Value integer_pow(Builder& b, Value x, Value e) {
+  const DType dt = b.dtype(x);
+  const Dims& dims = b.dims(x);
+  const Type t = b.type(x);
+  Value zero = b.zeros(t);
+  Value large = b.compare(Cmp::GE, e, b.full_int(64, dt, dims));
+  auto out = b.while_loop(
+      {b.full_int(1, dt, dims), x, b.select(large, e, zero)},
+      [t](Builder& rb, const std::vector<Value>& v) {
+        Value more = rb.compare(Cmp::NE, v[2], rb.zeros(t));
+        Dims all;
+        for (int64_t d = 0; d < static_cast<int64_t>(t.dims.size()); ++d) all.push_back(d);
+        return std::vector<Value>{all.empty() ? more : rb.reduce(more, rb.constant_bool(false), all, "stablehlo.or")};
+      },
+      [t](Builder& rb, const std::vector<Value>& v) {
+        Value one1 = rb.full_int(1, t.dtype, t.dims);
+        Value odd = rb.compare(Cmp::NE, rb.and_(v[2], one1), rb.zeros(t));
+        return std::vector<Value>{rb.select(odd, rb.mul(v[0], v[1]), v[0]), rb.mul(v[1], v[1]),
+                                  rb.binary("stablehlo.shift_right_logical", v[2], one1)};
+      });
+  return b.select(large, out[0], b.pow(x, e));
+}
+
 std::vector<Value> lower_pow(Context& c) {
   if (c.op == "aten::pow.Tensor_Scalar" && is_integral(c.args.info(0).dtype) &&
       c.args.scalar_kind(1) == at::kLong) {
@@ -273,6 +314,7 @@ std::vector<Value> lower_pow(Context& c) {
       return one(cast(b, r, p.type));
     }
   }
+  if (is_integral(p.compute)) return one(cast(b, integer_pow(b, p.a, p.b), p.type));
   return one(cast(b, b.pow(p.a, p.b), p.type));
 }
 
@@ -556,6 +598,13 @@ std::vector<Value> clamp_one(Context& c, bool is_min) {
 // ---- selection -----------------------------------------------------------------------
 
 std::vector<Value> lower_where(Context& c) {
+  const at::ScalarType ct = c.args.info(0).dtype;
+  TORCH_CHECK(ct == at::kBool || ct == at::kByte,
+              "where expected condition to be a boolean tensor, but got a tensor with dtype ", c10::toString(ct));
+  if (ct == at::kByte) {
+    TORCH_WARN_ONCE("where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                    "future version of PyTorch. Use a boolean condition instead.");
+  }
   ResultType r;
   promote_arg(r, c, 1);
   promote_arg(r, c, 2);

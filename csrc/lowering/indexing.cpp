@@ -534,6 +534,8 @@ Value as_bool(Builder& b, Value m) {
 std::vector<Value> lower_masked_fill(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
+  TORCH_CHECK(c.args.info(1).dtype == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              type_meta_name(c.args.info(1).dtype));
   const Dims shape = broadcast_shapes(self.sizes, c.args.info(1).sizes);
   Value x = b.broadcast_to(c.args.tensor(0), shape);
   Value m = b.broadcast_to(as_bool(b, c.args.tensor(1)), shape);
@@ -575,6 +577,8 @@ FlatMasked flat_masked(Context& c) {
 std::vector<Value> lower_masked_scatter(Context& c) {
   Builder& b = c.b;
   const TensorInfo& self = c.args.info(0);
+  TORCH_CHECK(c.args.info(1).dtype == at::kBool,
+              "masked_scatter_ only supports boolean masks, but got mask with dtype ", c10::toString(c.args.info(1).dtype));
   auto [x, m, shape, n] = flat_masked(c);
   const int64_t sn = c.args.info(2).numel();
   if (sn == 0 || n == 0) return one(b.reshape(x, shape));

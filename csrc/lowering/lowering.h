@@ -130,7 +130,8 @@ class Args {
   // IndexError(message) when the host next waits for the device (at once in
   // debug mode), like CUDA's device-side assertions; a message that starts
   // with exec::kRuntimeErrorCheck raises RuntimeError (what CPU raises for
-  // gather's indices or invalid probabilities).
+  // gather's indices or invalid probabilities), one with
+  // exec::kLinAlgErrorCheck torch.linalg.LinAlgError (LAPACK's failures).
   virtual void check(Value ok, const std::string& message) = 0;
 
   // For out= variants of factories (arange.start_out): the dtype of `out`.

@@ -223,7 +223,8 @@ std::vector<Value> lower_var_std(Context& c, bool is_std, bool with_mean) {
   const TensorInfo& in = c.args.info(0);
   const at::ScalarType t = in.dtype;
   TORCH_CHECK(c10::isFloatingType(t) || c10::isComplexType(t),
-              "std and var only support floating point and complex dtypes");
+              with_mean ? (is_std ? "std_mean" : "var_mean") : "std and var",
+              " only support floating point and complex dtypes");
   Dims dims = reduce_dims(c, 1, in.dim());
   const bool keepdim = c.args.has(3) && c.args.bool_(3);
   Builder& b = c.b;
@@ -238,7 +239,11 @@ std::vector<Value> lower_logsumexp(Context& c) {
   const TensorInfo& in = c.args.info(0);
   Dims dims = reduce_dims(c, 1, in.dim());
   const bool keepdim = c.args.has(2) && c.args.bool_(2);
-  const at::ScalarType out = is_integral(in.dtype) ? default_float() : in.dtype;
+  // (computed in the dtype of a floating out= tensor, as CPU's kernel does)
+  const std::optional<at::ScalarType> into = c.args.out_dtype();
+  const at::ScalarType out = into && c10::isFloatingType(*into) ? *into
+                             : is_integral(in.dtype)             ? default_float()
+                                                                 : in.dtype;
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(out));
   if (dims.empty()) return one(cast(b, x, out));
@@ -265,11 +270,14 @@ std::vector<Value> lower_all_any(Context& c, bool is_all, bool has_dims) {
   const bool keepdim = has_dims && c.args.has(2) && c.args.bool_(2);
   Builder& b = c.b;
   Value x = c.args.tensor(0);
+  // (into a uint8 out= tensor, CPU tests the values cast to uint8: 0.5 is false)
+  if (c.args.out_dtype() == at::kByte && in.dtype != at::kByte) x = b.convert(x, DType::U8);
   Value p = b.dtype(x) == DType::Pred ? x : b.compare(Cmp::NE, x, b.zeros(b.type(x)));
   Value r = dims.empty() ? p
                          : b.reduce(p, b.constant_bool(is_all), dims, is_all ? "stablehlo.and" : "stablehlo.or");
   r = keep_dims(b, r, in.sizes, dims, keepdim);
-  return one(in.dtype == at::kByte ? b.convert(r, DType::U8) : r);
+  // (into a bool out= tensor, uint8's answer is a bool)
+  return one(in.dtype == at::kByte && c.args.out_dtype() != at::kBool ? b.convert(r, DType::U8) : r);
 }
 
 std::vector<Value> lower_cumulative(Context& c, bool is_sum) {
@@ -277,6 +285,8 @@ std::vector<Value> lower_cumulative(Context& c, bool is_sum) {
   const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
   std::optional<at::ScalarType> dtype = c.args.opt_scalar_type(2);
   const at::ScalarType out = dtype.value_or(is_integral(in.dtype) ? at::kLong : in.dtype);
+  TORCH_CHECK_NOT_IMPLEMENTED(out != at::kBool, "\"", is_sum ? "cumsum" : "cumprod",
+                              "_out_cpu\" not implemented for 'Bool'");
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(out));
   if (in.dim() == 0) return one(cast(b, x, out));
@@ -288,6 +298,8 @@ std::vector<Value> lower_logcumsumexp(Context& c) {
   const TensorInfo& in = c.args.info(0);
   const int64_t dim = wrap_dim(c.args.int_(1), in.dim());
   const at::ScalarType t = in.dtype;
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(t) || c10::isComplexType(t),
+                              "\"logcumsumexp_out_cpu\" not implemented for '", c10::toString(t), "'");
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(t));
   if (in.dim() == 0) return one(cast(b, x, t));
@@ -532,6 +544,9 @@ std::vector<Value> lower_embedding_renorm(Context& c) {
 // inputs are accepted as CUDA accepts them (Transformers' mixture-of-experts
 // routers count tokens per expert with histc on integers); their bins are
 // computed in float64, which gives CUDA's integer arithmetic exactly.
+// A range that is not finite is CPU's RuntimeError: for a range taken from
+// the data (holding inf or NaN) a device-side check, raised when the result
+// is read.
 std::vector<Value> lower_histc(Context& c) {
   const TensorInfo& in = c.args.info(0);
   TORCH_CHECK_NOT_IMPLEMENTED(c10::isFloatingType(in.dtype) || (c10::isIntegralType(in.dtype, false)),
@@ -539,21 +554,33 @@ std::vector<Value> lower_histc(Context& c) {
   const int64_t bins = c.args.int_(1);
   TORCH_CHECK(bins > 0, "torch.histogramdd(): bins must be > 0, but got ", bins, " for dimension 0");
   double lo = c.args.scalar(2).toDouble(), hi = c.args.scalar(3).toDouble();
-  TORCH_CHECK(lo <= hi, "max must be larger than min");
   Builder& b = c.b;
   const DType ct = c10::isFloatingType(in.dtype) ? to_hlo(opmath_type(in.dtype)) : DType::F64;
   const int64_t n = in.numel();
   Value x = b.reshape(b.convert(c.args.tensor(0), ct), {n});
-  Value vlo = b.full(lo, ct, {}), vhi = b.full(hi, ct, {});
+  Value vlo, vhi;
   if (lo == hi && n > 0) {
     vlo = b.reduce(x, b.highest(ct), {0}, "stablehlo.minimum");
     vhi = b.reduce(x, b.lowest(ct), {0}, "stablehlo.maximum");
     Value same = b.compare(Cmp::EQ, vlo, vhi);
     vlo = b.select(same, b.sub(vlo, b.full(1, ct, {})), vlo);
     vhi = b.select(same, b.add(vhi, b.full(1, ct, {})), vhi);
-  } else if (lo == hi) {
-    vlo = b.full(lo - 1, ct, {});
-    vhi = b.full(hi + 1, ct, {});
+    if (c10::isFloatingType(in.dtype)) {
+      // (every element finite: XLA's min and max may drop a NaN that CPU's aminmax keeps)
+      c.args.check(b.reduce(b.is_finite(x), b.constant_bool(true), {0}, "stablehlo.and"),
+                   std::string(exec::kRuntimeErrorCheck) +
+                       "torch.histc: range of [min, max] is not finite: the input holds inf or NaN, and min and "
+                       "max are taken from it");
+    }
+  } else {
+    if (lo == hi) {
+      lo -= 1;
+      hi += 1;
+    }
+    TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histc: range of [", lo, ", ", hi, "] is not finite");
+    TORCH_CHECK(lo < hi, "torch.histc: max must be larger than min");
+    vlo = b.full(lo, ct, {});
+    vhi = b.full(hi, ct, {});
   }
   if (n == 0) return one(b.zeros(Type{to_hlo(in.dtype), {bins}}));
   Value blo = b.broadcast_in_dim(vlo, {n}, {}), bhi = b.broadcast_in_dim(vhi, {n}, {});
@@ -623,6 +650,8 @@ std::vector<Value> lower_nansum(Context& c) {
   Dims dims = reduce_dims(c, 1, in.dim());
   const bool keepdim = c.args.has(2) && c.args.bool_(2);
   const at::ScalarType out = c.args.opt_scalar_type(3).value_or(is_integral(in.dtype) ? at::kLong : in.dtype);
+  TORCH_CHECK_NOT_IMPLEMENTED(!c10::isComplexType(out) || is_integral(in.dtype), "\"nansum_cpu\" not implemented for '",
+                              c10::toString(out), "'");
   Builder& b = c.b;
   Value x = cast(b, c.args.tensor(0), opmath_type(out));
   if (hlo::is_float(b.dtype(x))) x = b.select(b.compare(Cmp::NE, x, x), b.zeros(b.type(x)), x);
@@ -693,6 +722,8 @@ std::vector<Value> lower_histogram(Context& c, bool bin_count) {
     if (c.args.has(2)) {
       std::vector<double> range = c.args.doubles(2);
       TORCH_CHECK(range.size() == 2, "torch.histogram(): range should have 2 elements, got ", range.size());
+      TORCH_CHECK(std::isfinite(range[0]) && std::isfinite(range[1]), "torch.histogramdd: dimension 0's range [",
+                  range[0], ", ", range[1], "] is not finite");
       TORCH_CHECK(range[0] <= range[1], "torch.histogram(): min should not exceed max, but got min ", range[0],
                   " max ", range[1], " for dimension 0");
       lo = b.full(range[0], DType::F64, {});
@@ -700,6 +731,11 @@ std::vector<Value> lower_histogram(Context& c, bool bin_count) {
     } else if (n > 0) {
       lo = b.convert(b.reduce(x, b.highest(ct), {0}, "stablehlo.minimum"), DType::F64);
       hi = b.convert(b.reduce(x, b.lowest(ct), {0}, "stablehlo.maximum"), DType::F64);
+      // (a range taken from data holding inf or NaN: CPU's error, as histc's)
+      c.args.check(b.reduce(b.is_finite(x), b.constant_bool(true), {0}, "stablehlo.and"),
+                   std::string(exec::kRuntimeErrorCheck) +
+                       "torch.histogramdd: dimension 0's range [min, max] is not finite: the input holds inf or NaN, "
+                       "and the range is taken from it");
     } else {
       lo = b.full(0, DType::F64, {});
       hi = b.full(1, DType::F64, {});

@@ -74,6 +74,7 @@ Value pick_along(Builder& b, Value x, int64_t dim, Value pos) {
 // kthvalue(self, k, dim, keepdim)
 std::vector<Value> lower_kthvalue(Context& c) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(in.dtype != at::kBool, "\"kthvalue_cpu\" not implemented for 'Bool'");
   const int64_t kk = c.args.int_(1);
   Builder& b = c.b;
   Value x = c.args.tensor(0);
@@ -123,6 +124,7 @@ std::pair<Value, Value> median_along(Builder& b, Value x, int64_t dim, bool igno
 
 std::vector<Value> lower_median_all(Context& c, bool ignore_nan) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(in.dtype != at::kBool, "\"median_cpu\" not implemented for 'Bool'");
   Builder& b = c.b;
   if (in.numel() == 0) return one(b.full(NAN, to_hlo(in.dtype), {}));
   Value flat = b.reshape(c.args.tensor(0), {in.numel()});
@@ -131,6 +133,7 @@ std::vector<Value> lower_median_all(Context& c, bool ignore_nan) {
 
 std::vector<Value> lower_median_dim(Context& c, bool ignore_nan) {
   const TensorInfo& in = c.args.info(0);
+  TORCH_CHECK_NOT_IMPLEMENTED(in.dtype != at::kBool, "\"median_out\" not implemented for 'Bool'");
   Builder& b = c.b;
   Value x = c.args.tensor(0);
   if (in.dim() == 0) return {x, b.constant_int(0, DType::I64)};

@@ -6,11 +6,13 @@ afterwards (an error belongs to its op)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_tpu  # noqa: F401
+import torch_tpu
 
 CASES: dict[str, object] = {}
 # Cases whose CPU reference cannot be run as such (tensors on two devices):
@@ -336,6 +338,29 @@ LAYERS = {
 for name, f in LAYERS.items():
     case(name, f)
 
+# -- accepted on tpu where CPU raises (issue 49) ------------------------------
+case("masked_fill_: float mask", lambda d: t(d, 3).masked_fill_(t(d, 3), 0.0))
+for mname, mdtype in {"int64": torch.int64, "uint8": torch.uint8}.items():
+    case(f"masked_fill_: {mname} mask", lambda d, m=mdtype: t(d, 3).masked_fill_(t(d, 3, dtype=m), 0.0))
+    case(f"masked_fill: {mname} mask", lambda d, m=mdtype: t(d, 3).masked_fill(t(d, 3, dtype=m), 0.0))
+    case(f"masked_scatter: {mname} mask", lambda d, m=mdtype: t(d, 3).masked_scatter(t(d, 3, dtype=m), t(d, 3)))
+    case(f"masked_select: {mname} mask", lambda d, m=mdtype: t(d, 3).masked_select(t(d, 3, dtype=m)))
+# (CPU's where takes a uint8 condition, with a deprecation warning)
+case("where: int64 condition", lambda d: torch.where(t(d, 3, dtype=torch.int64), t(d, 3), t(d, 3)))
+for what, value in {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.items():
+    case(f"histc: data holding {what}, range from the data",
+         lambda d, v=value: torch.histc(torch.tensor([1.0, v, 2.0], device=d), bins=4))
+    case(f"histogram: data holding {what}, range from the data",
+         lambda d, v=value: torch.histogram(torch.tensor([1.0, v, 2.0], device=d), 4))
+case("histc: range to inf", lambda d: torch.histc(t(d, 3), bins=4, min=0, max=float("inf")))
+case("sub: bool tensor minus an int", lambda d: t(d, 3, dtype=torch.bool) - 1)
+case("rsub: an int minus a bool tensor", lambda d: 1 - t(d, 3, dtype=torch.bool))
+case("fill_: 300 into uint8", lambda d: t(d, 3, dtype=torch.uint8).fill_(300))
+case("clamp: max 2**31 of int32", lambda d: t(d, 3, dtype=torch.int32).clamp(max=2**31))
+case("amax: out= of another dtype", lambda d: torch.amax(t(d, 2, 3), 0, out=torch.empty(0, dtype=torch.float64, device=d)))
+case("all: out= of a float dtype", lambda d: torch.all(t(d, 2, 3), 0, out=torch.empty(0, device=d)))
+case("sort: indices out= of int32", lambda d: torch.sort(t(d, 3), out=(t(d, 3), torch.empty(0, dtype=torch.int32, device=d))))
+
 
 def _run(fn, device):
     """Returns the exception the call raised (after the device finished the
@@ -374,3 +399,232 @@ def test_bad_input(name):
     assert torch.equal(bystander.cpu(), torch.arange(6.0) * 2 + 1), f"{name}: the error spread to other tensors"
     # The device still works.
     assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]
+
+
+# -- issue 49: value checks, out= dtypes, large Python ints -------------------
+# Each call must have CPU's outcome: the same exception type and message (a
+# fragment for the device-side checks, whose message cannot hold the data's
+# values), or the same values and dtypes.
+
+def _outcome(fn, device):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            out = fn(device)
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            return ("ok", [o.cpu() if isinstance(o, torch.Tensor) else o for o in outs])
+        except Exception as e:  # noqa: BLE001  (type and message are compared)
+            return (type(e), str(e))
+
+
+def _as_on_cpu(fn, fragment=None, what=""):
+    cpu, tpu = _outcome(fn, "cpu"), _outcome(fn, "tpu")
+    assert cpu[0] == tpu[0], f"{what}\nCPU: {cpu}\ntpu: {tpu}"
+    if cpu[0] != "ok":
+        want = fragment if fragment is not None else cpu[1].split("\n")[0]
+        assert want in tpu[1], f"{what}\nCPU: {cpu[1]}\ntpu: {tpu[1]}"
+        return
+    for got, want in zip(tpu[1], cpu[1]):
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and got.shape == want.shape, (what, got, want)
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-3, atol=1e-3, msg=lambda m: f"{what}: {m}")
+        else:
+            assert got == want, what
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.uint8, torch.int64, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(4,), (2, 3)], ids=str)
+def test_masks_must_be_bool_as_on_cpu(mask_dtype, shape):
+    """masked_fill(_), masked_scatter(_), masked_select and where take a
+    bool mask (where also uint8, deprecated) and refuse others with CPU's
+    message; a mask that broadcasts works as on CPU."""
+    def x(d):
+        return torch.arange(float(torch.Size(shape).numel()), device=d).view(shape)
+
+    def m(d):
+        return (torch.arange(shape[-1], device=d) % 2).to(mask_dtype)
+
+    _as_on_cpu(lambda d: x(d).masked_fill_(m(d), -1.0))
+    _as_on_cpu(lambda d: x(d).masked_fill(m(d), -1.0))
+    _as_on_cpu(lambda d: x(d).masked_fill(m(d), torch.tensor(-1.0, device=d)))
+    _as_on_cpu(lambda d: x(d).masked_scatter(m(d), -x(d)))
+    _as_on_cpu(lambda d: x(d).masked_scatter_(m(d), -x(d)))
+    _as_on_cpu(lambda d: x(d).masked_select(m(d)))
+    _as_on_cpu(lambda d: torch.where(m(d), x(d), -x(d)))
+    _as_on_cpu(lambda d: torch.where(m(d), x(d), 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_histc_of_data_holding_inf_or_nan_raises_as_on_cpu(dtype):
+    """histc and histogram take their range from the data when none is
+    given: data holding inf or NaN is CPU's RuntimeError, checked on the
+    device (raised by the read of the result, without a wait in the call);
+    an explicit range counts the finite values; an infinite range, or min >
+    max, is refused at the call."""
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for shape in [(5,), (2, 3)]:
+            def data(d, bad=bad, shape=shape):
+                v = torch.linspace(-1, 1, torch.Size(shape).numel(), dtype=dtype)
+                v[1] = bad
+                return v.view(shape).to(d)
+
+            bystander = torch.arange(4.0, device="tpu") + 1
+            x = data("tpu")
+            with pytest.raises(RuntimeError, match="is not finite"):  # (debug eager: at the call)
+                before = torch_tpu.counters()["host_reads"]
+                h = torch.histc(x, bins=4)
+                assert torch_tpu.counters()["host_reads"] == before, "histc waited for the device"
+                h.cpu()
+            assert bystander.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+            _as_on_cpu(lambda d, data=data: torch.histc(data(d), bins=4), fragment="torch.histc: range of [")
+            _as_on_cpu(lambda d, data=data: torch.histogram(data(d), 4)[0], fragment="is not finite")
+            _as_on_cpu(lambda d, data=data: torch.histc(data(d), bins=3, min=-1, max=1))
+            _as_on_cpu(lambda d, data=data: torch.histogram(data(d), 3, range=(-1.0, 1.0)))
+    _as_on_cpu(lambda d: torch.histc(torch.ones(3, dtype=dtype, device=d), bins=4, min=0, max=float("inf")))
+    _as_on_cpu(lambda d: torch.histc(torch.ones(3, dtype=dtype, device=d), bins=4, min=float("nan"), max=1))
+    _as_on_cpu(lambda d: torch.histc(torch.ones(3, dtype=dtype, device=d), bins=4, min=2, max=1))
+    _as_on_cpu(lambda d: torch.histogram(torch.ones(3, dtype=dtype, device=d), 4, range=(0.0, float("inf"))))
+    _as_on_cpu(lambda d: torch.histc(torch.tensor([], dtype=dtype, device=d), bins=4))
+    assert torch.histc(torch.tensor([1.0, 2.0], device="tpu"), bins=2).cpu().tolist() == [1.0, 1.0]
+
+
+_OUT_IN_DTYPES = [torch.float32, torch.int64, torch.uint8, torch.bool]
+_OUT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8, torch.bool]
+
+
+def _e(d, dtype):
+    return torch.empty(0, dtype=dtype, device=d)
+
+
+OUT_REDUCTIONS = {
+    # compute in the out tensor's dtype (torch.sum(x_float, 0, out=long) sums the values cast to int64)
+    "sum": lambda x, o, d: torch.sum(x, 0, out=o),
+    "sum keepdim": lambda x, o, d: torch.sum(x, (0, 1), keepdim=True, out=o),
+    "sum with dtype": lambda x, o, d: torch.sum(x, 0, dtype=torch.float64, out=o),
+    "prod": lambda x, o, d: torch.prod(x, 1, out=o),
+    "mean": lambda x, o, d: torch.mean(x, 0, out=o),
+    "mean with dtype": lambda x, o, d: torch.mean(x, 0, dtype=torch.float64, out=o),
+    "nansum": lambda x, o, d: torch.nansum(x, 0, out=o),
+    "cumsum": lambda x, o, d: torch.cumsum(x, 0, out=o),
+    "cumsum with dtype": lambda x, o, d: torch.cumsum(x, 1, dtype=torch.float64, out=o),
+    "cumprod": lambda x, o, d: torch.cumprod(x, 1, out=o),
+    "logsumexp": lambda x, o, d: torch.logsumexp(x, 0, out=o),
+    "var": lambda x, o, d: torch.var(x, 0, out=o),
+    "all": lambda x, o, d: torch.all(x, 0, out=o),
+    "any (all dims)": lambda x, o, d: torch.any(x, out=o),
+    # refuse any dtype but the result's, each with CPU's message
+    "sum (all dims)": lambda x, o, d: torch.ops.aten.sum.out(x, out=o),
+    "amax": lambda x, o, d: torch.amax(x, 0, out=o),
+    "aminmax": lambda x, o, d: torch.aminmax(x, dim=0, out=(o, _e(d, x.dtype)))[0],
+    "max values": lambda x, o, d: torch.max(x, 0, out=(o, _e(d, torch.long)))[0],
+    "max indices": lambda x, o, d: torch.max(x, 0, out=(_e(d, x.dtype), o))[1],
+    "argmax": lambda x, o, d: torch.argmax(x, 0, out=o),
+    "cummax values": lambda x, o, d: torch.cummax(x, 0, out=(o, _e(d, torch.long)))[0],
+    "cummin indices": lambda x, o, d: torch.cummin(x, 0, out=(_e(d, x.dtype), o))[1],
+    "logcumsumexp": lambda x, o, d: torch.logcumsumexp(x, 0, out=o),
+    "sort values": lambda x, o, d: torch.sort(x, 1, out=(o, _e(d, torch.long)))[0],
+    "topk indices": lambda x, o, d: torch.topk(x, 2, 1, out=(_e(d, x.dtype), o))[1],
+    "kthvalue values": lambda x, o, d: torch.kthvalue(x, 1, 1, out=(o, _e(d, torch.long)))[0],
+    "kthvalue indices": lambda x, o, d: torch.kthvalue(x, 1, 1, out=(_e(d, x.dtype), o))[1],
+    "median values": lambda x, o, d: torch.median(x, 1, out=(o, _e(d, torch.long)))[0],
+    "median indices": lambda x, o, d: torch.median(x, 1, out=(_e(d, x.dtype), o))[1],
+    "mode values": lambda x, o, d: torch.mode(x, 1, out=(o, _e(d, torch.long)))[0],
+    "histc": lambda x, o, d: torch.histc(x, 4, out=o),
+    "count_nonzero": lambda x, o, d: torch.ops.aten.count_nonzero.dim_IntList_out(x, [0], out=o),
+    "vector_norm": lambda x, o, d: torch.linalg.vector_norm(x, 2, 0, out=o),
+    "std_mean": lambda x, o, d: torch.ops.aten.std_mean.correction_out(x, [0], out0=o, out1=_e(d, x.dtype))[0],
+    "index_select": lambda x, o, d: torch.index_select(x, 0, torch.tensor([1, 0], device=d), out=o),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_REDUCTIONS))
+def test_reductions_into_out_tensors_of_other_dtypes_follow_cpu(name):
+    """out= of a dtype other than the result's: sum, prod, mean, nansum,
+    cumsum and cumprod compute in it (values cast first), logsumexp, var and
+    std cast into any floating one, all and any write bool or uint8; the
+    rest (and a dtype= that differs from out's) raise CPU's error."""
+    f = OUT_REDUCTIONS[name]
+    for in_dtype in _OUT_IN_DTYPES:
+        # (tpu takes integer histc and bool topk inputs, as CUDA does)
+        if (name == "histc" and not in_dtype.is_floating_point) or (name.startswith("topk") and in_dtype == torch.bool):
+            continue
+        for out_dtype in _OUT_DTYPES:
+            def call(d, in_dtype=in_dtype, out_dtype=out_dtype):
+                x = torch.tensor([[1.5, -2.0, 0.0, 3.0], [2.5, 1.0, -0.5, 4.0], [0.5, 7.0, 2.0, -3.0]], device=d)
+                return f(x.to(in_dtype), _e(d, out_dtype), d)
+
+            _as_on_cpu(call, what=f"{name}: {in_dtype} into {out_dtype}")
+
+
+# Ops on integer tensors with Python ints beyond the dtype's range: an
+# operand (x + v) wraps into the tensor's dtype as on CPU (2**63 included,
+# which PyTorch holds as an unsigned 64-bit int); a Scalar CPU's kernel
+# converts with a range check (fill_, clamp, masked_fill, pow's exponent,
+# add's alpha) raises its RuntimeError. Float tensors: a float beyond the
+# dtype's range likewise.
+LARGE_INTS = {
+    "add_": lambda x, v, d: x.add_(v),
+    "sub": lambda x, v, d: x - v,
+    "rsub": lambda x, v, d: v - x,
+    "mul": lambda x, v, d: x * v,
+    "eq": lambda x, v, d: x == v,
+    "bitwise_and": lambda x, v, d: x & v if not x.is_floating_point() else x,
+    "floor_divide": lambda x, v, d: x // v if v != 0 else x,
+    "fill_": lambda x, v, d: x.fill_(v),
+    "full_like": lambda x, v, d: torch.full_like(x, v),
+    "masked_fill": lambda x, v, d: x.masked_fill(x > 1, v),
+    "index_fill": lambda x, v, d: x.index_fill(0, torch.tensor([0], device=d), v),
+    "clamp": lambda x, v, d: x.clamp(max=v),
+    "clamp_min": lambda x, v, d: x.clamp_min(v),
+    "where": lambda x, v, d: torch.where(x > 1, x, v),
+    "pow": lambda x, v, d: x.pow(v) if v >= 0 else x,
+    "add alpha": lambda x, v, d: x.add(x, alpha=v),
+    "sub alpha": lambda x, v, d: x.sub(x, alpha=v),
+    "hardtanh": lambda x, v, d: F.hardtanh(x, 0, v) if v >= 0 else x,
+    "threshold": lambda x, v, d: F.threshold(x, v, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LARGE_INTS))
+def test_large_python_numbers_wrap_or_raise_as_on_cpu(name):
+    f = LARGE_INTS[name]
+    for dtype in [torch.int64, torch.int32, torch.uint8, torch.int8, torch.float16, torch.float32]:
+        values = [2**63, 2**64 - 1, 2**63 - 1, -(2**63), 2**31, 300, -1, 7]
+        if dtype.is_floating_point:
+            values = [1e300, -1e300, 70000.0, 2**63, 7]
+        for v in values:
+            _as_on_cpu(lambda d, dtype=dtype, v=v: f(torch.tensor([3, 1, 0, 2], device=d).to(dtype), v, d),
+                       what=f"{name}: {dtype} with {v}")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+def test_integer_pow_with_large_exponents_is_cpus(dtype):
+    """x ** e wraps as repeated multiplication for every exponent (XLA's
+    integer pow reads e's low 6 bits only: 2 ** 64 was 1, 0 ** 300 was 1)."""
+    x = torch.tensor([0, 1, 2, 3, 5, -1, -2, -3]).to(dtype)
+    for e in [0, 1, 2, 7, 31, 62, 63, 64, 65, 127, 128, 300, 2**31 - 1, 2**40 + 3]:
+        _as_on_cpu(lambda d, e=e: x.to(d) ** e)
+    exps = torch.tensor([0, 63, 64, 65, 300, 100, 3, 127]).to(dtype)
+    _as_on_cpu(lambda d: x.to(d) ** exps.to(d))
+    if dtype != torch.uint8:
+        _as_on_cpu(lambda d: x.to(d) ** torch.full((8,), -3, dtype=dtype, device=d))
+
+
+def test_record_stream_is_accepted_and_memory_stays_sound():
+    """tensor.record_stream(stream) (DDP, FSDP, pin-memory loaders) is a
+    no-op on tpu: a storage's memory is its own PJRT buffer, which PJRT frees
+    only after the programs reading it are done. A tensor dropped after a
+    program reading it was started leaves that program's result intact, and
+    new tensors never see its bytes."""
+    s = torch.tpu.current_stream()
+    x = torch.randn(256, 256, device="tpu")
+    want = (x.cpu() @ x.cpu()).sum()
+    y = (x @ x).sum()
+    x.record_stream(s)
+    x.record_stream(torch.Stream(device="tpu"))
+    del x
+    fresh = [torch.zeros(256, 256, device="tpu") for _ in range(8)]
+    torch.testing.assert_close(y.cpu(), want, rtol=1e-4, atol=1e-2)
+    assert all(int(f.count_nonzero().cpu()) == 0 for f in fresh)
+    with pytest.raises(RuntimeError, match="stream of the tpu device"):
+        torch.ones(2, device="tpu").record_stream(torch.Stream(device="cpu"))

@@ -468,3 +468,115 @@ def test_int8_matmul_accumulates_exactly_in_int32():
         torch._int_mm(torch.ones(2, 3, dtype=torch.int8, device="tpu"), torch.ones(4, 3, dtype=torch.int8, device="tpu"))
     with pytest.raises(RuntimeError):
         torch._int_mm(torch.ones(2, 3, device="tpu"), torch.ones(3, 3, device="tpu"))
+
+
+# -- matrices holding NaN or inf (issue 49) ----------------------------------
+
+def _holding(value, where, dtype, n=3):
+    """A batch of two well-conditioned symmetric n x n matrices, the second
+    holding `value` at the positions `where` ("all": everywhere)."""
+    a = rand(n, n, seed=3, dtype=torch.float64)
+    a = a @ a.T + n * torch.eye(n, dtype=torch.float64)
+    bad = a.clone()
+    if where == "all":
+        bad[:] = value
+    for i, j in ([] if where == "all" else where):
+        bad[i, j] = value
+    return torch.stack([a, bad]).to(dtype)
+
+
+NAN_AT = [[(0, 0)], [(1, 2), (2, 1)], [(2, 2)], [(0, 1)], [(2, 0)], "all"]
+
+
+def _same_with_nans(got, want, what):
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    assert torch.equal(got.isnan(), want.isnan()), f"{what}: NaN at\n{got.isnan()}\nCPU:\n{want.isnan()}"
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-3, atol=1e-3, msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_lu_based_results_of_matrices_holding_nan_are_cpus(dtype):
+    """A NaN anywhere in A: inv and solve are NaN everywhere and det is NaN,
+    as on CPU (linalg.inv returned a partly finite inverse); lu_factor picks
+    LAPACK's pivots (idamax passes a NaN over unless it is the diagonal
+    entry, whose NaNs then fill the rest of the factors); slogdet's sign is
+    0 (torch.sign of NaN). The clean matrix of the batch is unaffected."""
+    for where in NAN_AT:
+        a = _holding(float("nan"), where, dtype)
+        at = a.to("tpu")
+        rhs = torch.ones(2, 3, 2, dtype=dtype)
+        _same_with_nans(torch.linalg.inv(at), torch.linalg.inv(a), f"inv {where}")
+        _same_with_nans(torch.linalg.inv_ex(at).inverse, torch.linalg.inv_ex(a).inverse, f"inv_ex {where}")
+        _same_with_nans(torch.linalg.solve(at, rhs.to("tpu")), torch.linalg.solve(a, rhs), f"solve {where}")
+        _same_with_nans(torch.linalg.det(at), torch.linalg.det(a), f"det {where}")
+        sign, logabs = torch.linalg.slogdet(at)
+        want = torch.linalg.slogdet(a)
+        _same_with_nans(sign, want.sign, f"slogdet sign {where}")
+        _same_with_nans(logabs, want.logabsdet, f"slogdet logabsdet {where}")
+        lu, piv = torch.linalg.lu_factor(at)
+        want_lu, want_piv = torch.linalg.lu_factor(a)
+        assert torch.equal(piv.cpu(), want_piv), (where, piv.cpu(), want_piv)
+        _same_with_nans(lu, want_lu, f"lu_factor {where}")
+        for got, want, name in zip(torch.linalg.lu(at), torch.linalg.lu(a), "PLU"):
+            _same_with_nans(got, want, f"lu {name} {where}")
+
+
+def _raises_linalg_error(fn, fragment):
+    """fn() raises torch.linalg.LinAlgError (at the read of its result, or
+    in debug eager at the call), as on CPU; other tensors read normally."""
+    bystander = torch.arange(3.0, device="tpu") * 2
+    with pytest.raises(torch.linalg.LinAlgError, match=fragment):
+        out = fn()
+        for o in out if isinstance(out, (tuple, list)) else [out]:
+            o.cpu()
+    assert bystander.cpu().tolist() == [0.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_eigh_and_svd_of_matrices_holding_nan_raise_linalg_error(dtype):
+    """LAPACK fails on a NaN: eigh and eigvalsh (of the triangle they read),
+    and everything CPU computes with the SVD (svd, svdvals, pinv,
+    matrix_rank, the spectral and nuclear norms, cond) raise CPU's
+    torch.linalg.LinAlgError; a NaN in the triangle eigh does not read
+    changes nothing."""
+    # (CPU names the batch element too: "linalg.svd: (Batch element 1): The algorithm ...")
+    eigh_fragment = "The algorithm failed to converge because the input matrix is ill-conditioned"
+    svd_fragment = "The algorithm failed to converge because the input matrix contained non-finite values"
+    for where in NAN_AT:
+        a = _holding(float("nan"), where, dtype)
+        for fn in (torch.linalg.svd, torch.linalg.svdvals, torch.linalg.pinv, torch.linalg.matrix_rank,
+                   torch.linalg.cond, lambda x: torch.linalg.matrix_norm(x, 2),
+                   lambda x: torch.linalg.matrix_norm(x, "nuc"), lambda x: torch.linalg.svd(torch.cat([x, x], -1), False)):
+            with pytest.raises(torch.linalg.LinAlgError, match=svd_fragment):
+                fn(a)
+            _raises_linalg_error(lambda fn=fn: fn(a.to("tpu")), svd_fragment)
+        lower_holds_nan = where == "all" or any(i >= j for i, j in where)
+        for uplo in ("L", "U"):
+            reads_nan = lower_holds_nan if uplo == "L" else (where == "all" or any(i <= j for i, j in where))
+            for fn in (lambda x: torch.linalg.eigh(x, uplo), lambda x: torch.linalg.eigvalsh(x, uplo)):
+                if reads_nan:
+                    with pytest.raises(torch.linalg.LinAlgError, match=eigh_fragment):
+                        fn(a)
+                    _raises_linalg_error(lambda fn=fn: fn(a.to("tpu")), eigh_fragment)
+                else:
+                    close(torch.linalg.eigvalsh(a.to("tpu"), uplo), torch.linalg.eigvalsh(a, uplo))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_matrix_exp_and_lstsq_of_non_finite_matrices_are_nan(dtype):
+    """matrix_exp of a matrix holding inf or NaN is NaN everywhere, as on CPU
+    (it was partly inf); lstsq's solution for one is NaN (CPU's gelsy gives
+    NaN for -inf and fails an internal assert on NaN); a clean matrix of
+    the batch is unaffected."""
+    for value in (float("nan"), float("inf"), float("-inf")):
+        for where in ([(1, 1)], [(0, 2), (2, 0)], "all"):
+            a = _holding(value, where, dtype) / 8
+            got = torch.linalg.matrix_exp(a.to("tpu")).cpu()
+            want = torch.linalg.matrix_exp(a)
+            assert want[1].isnan().all() and got[1].isnan().all(), (value, where, got[1])
+            close(got[0], want[0], rtol=1e-4, atol=1e-4)
+            rhs = torch.ones(2, 3, 2, dtype=dtype)
+            x = torch.linalg.lstsq(a.to("tpu"), rhs.to("tpu")).solution.cpu()
+            assert x[1].isnan().all(), (value, where, x[1])
+            close(x[0], torch.linalg.lstsq(a[:1], rhs[:1]).solution[0], rtol=1e-3, atol=1e-3)
