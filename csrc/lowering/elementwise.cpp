@@ -263,26 +263,22 @@ std::vector<Value> lower_fmod(Context& c) {
 // largest of them (no step when there is none). (Negative exponents: XLA's
 // answer, 1, -1 or 0, as on CPU.)
 Value integer_pow(Builder& b, Value x, Value e) {
-  const DType dt = b.dtype(x);
-  const Dims& dims = b.dims(x);
   const Type t = b.type(x);
+  Value one1 = b.full_int(1, t.dtype, t.dims);
   Value zero = b.zeros(t);
-  Value large = b.compare(Cmp::GE, e, b.full_int(64, dt, dims));
-  auto out = b.while_loop(
-      {b.full_int(1, dt, dims), x, b.select(large, e, zero)},
-      [t](Builder& rb, const std::vector<Value>& v) {
-        Value more = rb.compare(Cmp::NE, v[2], rb.zeros(t));
-        Dims all;
-        for (int64_t d = 0; d < static_cast<int64_t>(t.dims.size()); ++d) all.push_back(d);
-        return std::vector<Value>{all.empty() ? more : rb.reduce(more, rb.constant_bool(false), all, "stablehlo.or")};
-      },
-      [t](Builder& rb, const std::vector<Value>& v) {
-        Value one1 = rb.full_int(1, t.dtype, t.dims);
-        Value odd = rb.compare(Cmp::NE, rb.and_(v[2], one1), rb.zeros(t));
-        return std::vector<Value>{rb.select(odd, rb.mul(v[0], v[1]), v[0]), rb.mul(v[1], v[1]),
-                                  rb.binary("stablehlo.shift_right_logical", v[2], one1)};
-      });
-  return b.select(large, out[0], b.pow(x, e));
+  Value large = b.compare(Cmp::GE, e, b.full_int(64, t.dtype, t.dims));
+  // Unrolled over the exponent's (at most 64) bits rather than a while loop:
+  // a fixed chain of elementwise ops, which XLA fuses and which no dynamic
+  // dimension analysis trips on (a loop of this failed XLA's
+  // dynamic_dimension_inference RET_CHECK in some programs).
+  Value result = one1, base = x, rest = b.select(large, e, zero);
+  for (int bit = 0; bit < 64; ++bit) {
+    Value odd = b.compare(Cmp::NE, b.and_(rest, one1), zero);
+    result = b.select(odd, b.mul(result, base), result);
+    base = b.mul(base, base);
+    rest = b.binary("stablehlo.shift_right_logical", rest, one1);
+  }
+  return b.select(large, result, b.pow(x, e));
 }
 
 std::vector<Value> lower_pow(Context& c) {
