@@ -267,16 +267,19 @@ Value integer_pow(Builder& b, Value x, Value e) {
   Value one1 = b.full_int(1, t.dtype, t.dims);
   Value zero = b.zeros(t);
   Value large = b.compare(Cmp::GE, e, b.full_int(64, t.dtype, t.dims));
-  // Unrolled over the exponent's (at most 64) bits rather than a while loop:
-  // a fixed chain of elementwise ops, which XLA fuses and which no dynamic
-  // dimension analysis trips on (a loop of this failed XLA's
-  // dynamic_dimension_inference RET_CHECK in some programs).
+  // Unrolled over the exponent's (at most 64) bits rather than a while loop
+  // (a loop of this failed XLA's dynamic_dimension_inference RET_CHECK in
+  // some programs). Each value feeds the next step once: bit k is read from
+  // the exponent itself and the running product is multiplied by base or 1,
+  // never selected between two uses of itself, which made a DAG with 2^64
+  // paths that XLA's dynamic-dimension passes walked path by path (a
+  // bucketed program never finished compiling).
   Value result = one1, base = x, rest = b.select(large, e, zero);
   for (int bit = 0; bit < 64; ++bit) {
-    Value odd = b.compare(Cmp::NE, b.and_(rest, one1), zero);
-    result = b.select(odd, b.mul(result, base), result);
-    base = b.mul(base, base);
-    rest = b.binary("stablehlo.shift_right_logical", rest, one1);
+    Value shifted = bit == 0 ? rest : b.binary("stablehlo.shift_right_logical", rest, b.full_int(bit, t.dtype, t.dims));
+    Value odd = b.compare(Cmp::NE, b.and_(shifted, one1), zero);
+    result = b.mul(result, b.select(odd, base, one1));
+    if (bit < 63) base = b.mul(base, base);
   }
   return b.select(large, result, b.pow(x, e));
 }

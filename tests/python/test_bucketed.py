@@ -570,3 +570,19 @@ def test_hf_generate_with_logits_processors_and_beams_compiles_little_per_step(k
     # with the penalty, 11 with beams). A beam search also sizes its
     # bookkeeping by max_length: about 30 programs once per generate.
     assert added[1] <= (40 if "num_beams" in kw else 16), added
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_integer_pow_of_growing_tensors_with_large_exponents_equals_cpu(dtype):
+    # Exponents from 64 on take 64 squaring steps; at bucket shapes (bounded
+    # dynamic dims) such a chain once never finished compiling (XLA walked
+    # it path by path), which hung the OpInfo subset in CI.
+    for i, (t, c) in enumerate(_grow(dtype, 20, start=3)):
+        if i < 16:
+            continue
+        assert _padded(t)
+        e_c = (c.abs() * 7 + torch.arange(c.shape[-1], dtype=dtype)).abs()  # 0 .. >64 (wraps in int8)
+        e_t = e_c.to("tpu")
+        _same(torch.pow(t, e_t), torch.pow(c, e_c))
+        _same(t ** 77, c ** 77)
+        _same(torch.pow(3, e_t), torch.pow(3, e_c))

@@ -628,8 +628,24 @@ def _op_key(op) -> str:
     return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
 
 
+def _watchdog(state: dict, limit: float) -> None:
+    """SIGALRM interrupts Python code only: an op stuck in native code (a
+    compile that never ends) is reported and the child exits, so the parent
+    records it as hung and goes on with the ops after it."""
+    while True:
+        time.sleep(1.0)
+        key, since = state.get("op"), state.get("since")
+        if key is not None and time.time() - since > limit:
+            print("HUNG " + key, flush=True)
+            os._exit(3)
+
+
 def run_ops(keys: list[str], dtypes, max_samples: int, timeout: int, verbose: bool,
             fallback: bool) -> list[OpResult]:
+    """Runs `keys` in order, printing each op's result as one `RESULT` line
+    as soon as it is known (the parent reads what a crashed child printed)."""
+    import threading
+
     import torch
     import torch_tpu
     from torch.testing._internal.common_methods_invocations import op_db
@@ -637,11 +653,14 @@ def run_ops(keys: list[str], dtypes, max_samples: int, timeout: int, verbose: bo
     torch_tpu.set_cpu_fallback(fallback)
     by_key = {_op_key(o): o for o in op_db}
     signal.signal(signal.SIGALRM, _on_alarm)
+    state: dict = {}
+    threading.Thread(target=_watchdog, args=(state, timeout + 30), daemon=True).start()
     results = []
     for key in keys:
         op = by_key[key]
         res = OpResult(op=key)
         t0 = time.time()
+        state.update(op=key, since=t0)
         supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
         try:
             signal.alarm(timeout)
@@ -661,8 +680,10 @@ def run_ops(keys: list[str], dtypes, max_samples: int, timeout: int, verbose: bo
                 res.forward.setdefault(name, asdict(Tally(errors=1, first_error="timed out")))
         finally:
             signal.alarm(0)
+            state["op"] = None
         res.seconds = round(time.time() - t0, 2)
         results.append(res)
+        print("RESULT " + json.dumps(asdict(res)), flush=True)
         if verbose:
             print(f"{key}: {json.dumps(res.forward)} backward {json.dumps(res.backward)}", flush=True)
     return results
@@ -696,7 +717,9 @@ def _core_names() -> set[str]:
     return names
 
 
-def _child(keys, args, fallback: bool) -> list[dict] | None:
+def _child(keys, args, fallback: bool) -> tuple[list[dict], str | None]:
+    """Runs `keys` in a child process: the results of the ops it finished,
+    and None, or "crashed"/"hung" when it stopped at the next op."""
     cmd = [sys.executable, "-m", "torch_tpu.testing.opinfo", "--child", ",".join(keys),
            "--max-samples", str(args.max_samples), "--timeout", str(args.timeout),
            "--dtypes", ",".join(args.dtypes)]
@@ -706,26 +729,32 @@ def _child(keys, args, fallback: bool) -> list[dict] | None:
         cmd.append("-v")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if args.verbose else subprocess.DEVNULL,
                           text=True)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("RESULTS "):
-            return json.loads(line[len("RESULTS "):])
+    lines = proc.stdout.splitlines()
+    done = [json.loads(line[len("RESULT "):]) for line in lines if line.startswith("RESULT ")]
+    if len(done) == len(keys) and proc.returncode == 0:
+        return done, None
     if args.verbose:
         print(proc.stdout[-2000:])
-    return None
+    return done, "hung" if any(line.startswith("HUNG ") for line in lines) else "crashed"
 
 
 def _run_groups(keys, args, fallback: bool, progress=None) -> dict[str, dict]:
+    """Every op of `keys`, `args.group` per child process. An op that crashes
+    or hangs its child is recorded as such, and a new child goes on with the
+    ops after it."""
     out: dict[str, dict] = {}
     for i in range(0, len(keys), args.group):
-        group = keys[i:i + args.group]
-        res = _child(group, args, fallback)
-        if res is None:  # a crash: find the culprit(s) op by op
-            res = []
-            for k in group:
-                r = _child([k], args, fallback)
-                res.extend(r if r is not None else [asdict(OpResult(op=k, crashed=True))])
-        for r in res:
-            out[r["op"]] = r
+        todo = keys[i:i + args.group]
+        while todo:
+            done, stop = _child(todo, args, fallback)
+            for r in done:
+                out[r["op"]] = r
+            todo = todo[len(done):]
+            if stop is not None and todo:
+                culprit = todo.pop(0)
+                out[culprit] = asdict(OpResult(op=culprit, crashed=True))
+                out[culprit]["stopped"] = stop
+                print(f"[opinfo] {culprit}: {stop}", flush=True)
         print(f"[opinfo] {min(i + args.group, len(keys))}/{len(keys)} ops", flush=True)
         if progress is not None:
             progress(out)
@@ -804,9 +833,8 @@ def main(argv=None) -> int:
     args.dtypes = [d for d in args.dtypes.split(",") if d]
 
     if args.child is not None:
-        res = run_ops(args.child.split(","), args.dtypes, args.max_samples, args.timeout,
-                      args.verbose, args.fallback)
-        print("RESULTS " + json.dumps([asdict(r) for r in res]), flush=True)
+        run_ops(args.child.split(","), args.dtypes, args.max_samples, args.timeout,
+                args.verbose, args.fallback)
         return 0
 
     keys = _all_keys()
