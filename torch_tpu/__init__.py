@@ -90,11 +90,12 @@ _kernels.register()
 _kernels.register_missing_meta()
 
 from . import api  # noqa: E402,F401
-from . import _accelerate, _ctc, _factories, _fastpath, _flex_attention, _litert, _quant, _ray, _sparse, compiler, distributed  # noqa: E402
+from . import _accelerate, _ctc, _factories, _fastpath, _flex_attention, _jagged, _litert, _quant, _ray, _sparse, compiler, distributed  # noqa: E402
 
 _ctc.register()
 _factories.register()
 _fastpath.register()
+_jagged.register()
 _quant.register()
 _sparse.register()
 compiler.register()

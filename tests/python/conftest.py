@@ -253,6 +253,7 @@ MODE_POLICY = {
     "test_litert.py":      ("none", "none"),  # export: the graph, not how ops run
     "test_dtensor_random.py": ("all", "none"),  # generator offsets advance in deferred graphs too
     "test_sparse.py":      (2, 4),
+    "test_jagged.py":      (3, 6),
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
