@@ -728,13 +728,16 @@ std::vector<Value> lower_embedding_dense_backward(Context& c) {
 enum BagMode { kBagSum = 0, kBagMean = 1, kBagMax = 2 };
 
 // For each of the k indices, the bag it falls in: the number of bag starts
-// (offsets[1:num_bags]) at or before its position.
+// (offsets[1:num_bags]) at or before its position. Linear in k + num_bags:
+// each start marks its position (starts past the last index mark the spare
+// slot k), and a cumulative sum counts the marks up to each position.
 Value bag_of(Builder& b, Value offsets, int64_t k, int64_t num_bags) {
-  if (num_bags <= 1) return b.zeros(Type{DType::I64, {k}});
+  if (num_bags <= 1 || k == 0) return b.zeros(Type{DType::I64, {k}});
   Value starts = b.slice(i64(b, offsets), {1}, {num_bags});
-  Value pos = b.iota(Type{DType::I64, {k, num_bags - 1}}, 0);
-  Value le = b.compare(Cmp::LE, b.broadcast_in_dim(starts, {k, num_bags - 1}, {1}), pos);
-  return b.reduce(b.convert(le, DType::I64), b.constant_int(0, DType::I64), {1}, "stablehlo.add");
+  starts = b.clamp(b.zeros(Type{DType::I64, {num_bags - 1}}), starts, b.full_int(k, DType::I64, {num_bags - 1}));
+  Value marks = scatter_points(b, b.zeros(Type{DType::I64, {k + 1}}), b.reshape(starts, {num_bags - 1, 1}),
+                               b.full_int(1, DType::I64, {num_bags - 1}), combiner("add", DType::I64));
+  return scan(b, b.slice(marks, {0}, {k}), 0, "stablehlo.add", 0);
 }
 
 // _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
