@@ -254,6 +254,7 @@ MODE_POLICY = {
     "test_dtensor_random.py": ("all", "none"),  # generator offsets advance in deferred graphs too
     "test_sparse.py":      (2, 4),
     "test_jagged.py":      (3, 6),
+    "test_dlrm.py":        ("none", "none"),  # its tests choose their modes; one trainer per mode
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
@@ -287,7 +288,7 @@ def current_mode():
 # in two pytest-xdist workers, one file to a worker in collection order, and
 # the longest file started last would run alone at the end.
 LONGEST_FIRST = ("test_opinfo.py", "test_fuzz.py", "test_serving.py", "test_ecosystem.py", "test_torchtitan.py",
-                 "test_ray_train.py", "test_cache.py")
+                 "test_ray_train.py", "test_dlrm.py", "test_cache.py")
 
 
 def pytest_collection_modifyitems(config, items):
