@@ -259,7 +259,7 @@ MODE_POLICY = {
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
     "test_launcher.py":    ("none", "none"),  # strict eager's launcher: its tests choose strict
-    "test_serving.py":     ("all", "none"),   # the engine runs in a strict scope of its own
+    "test_serving.py":     (4, "none"),       # the engine runs in a strict scope of its own (checked on a subset)
     "test_linalg.py":      (8, 8),            # one loop program per op
     "test_ops.py":         (3, 6),
     "test_nn.py":          (2, 4),
@@ -271,7 +271,7 @@ MODE_POLICY = {
     "test_quant.py":       (2, 4),
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
-    "test_bucketed.py":    ("all", "all"),
+    "test_bucketed.py":    (2, "all"),
     "test_bucketed_prefill.py": ("all", "all"),
 }
 
