@@ -271,7 +271,7 @@ MODE_POLICY = {
     "test_quant.py":       (2, 4),
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
-    "test_bucketed.py":    (2, "all"),
+    "test_bucketed.py":    ("all", "all"),
     "test_bucketed_prefill.py": ("all", "all"),
 }
 
