@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -54,7 +54,6 @@ class Config:
     lr_sparse: float = 0.05
     lr_dense: float = 1e-3
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def make_batch(cfg: Config, step: int):
@@ -144,17 +143,21 @@ def train(cfg: Config, device="tpu", steps: int = 20, compile_dense: bool = Fals
     opt_s, opt_d = _optimizers(cfg, sparse, dense)
     run_dense = torch.compile(dense, backend="tpu" if torch.device(device).type == "tpu" else "inductor") \
         if compile_dense else dense
-    losses = []
-    for step in range(steps):
-        x, ids, offsets, y = _on(device, make_batch(cfg, step))
-        loss = F.binary_cross_entropy_with_logits(run_dense(x, sparse(ids, offsets)), y)
-        opt_s.zero_grad()
-        opt_d.zero_grad()
-        loss.backward()
-        opt_s.step()
-        opt_d.step()
-        losses.append(loss.detach())
+    losses = [train_step(sparse, run_dense, opt_s, opt_d, _on(device, make_batch(cfg, step)))
+              for step in range(steps)]
     return [float(v) for v in losses], _state(sparse, dense)
+
+
+def train_step(sparse, run_dense, opt_s, opt_d, batch):
+    """One step on a batch already on the device: the loss (detached)."""
+    x, ids, offsets, y = batch
+    loss = F.binary_cross_entropy_with_logits(run_dense(x, sparse(ids, offsets)), y)
+    opt_s.zero_grad()
+    opt_d.zero_grad()
+    loss.backward()
+    opt_s.step()
+    opt_d.step()
+    return loss.detach()
 
 
 def _state(sparse, dense):

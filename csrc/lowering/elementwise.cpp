@@ -259,9 +259,8 @@ std::vector<Value> lower_fmod(Context& c) {
 
 // x ** e of integers. XLA's integer pow reads only e's low 6 bits (x ** 64
 // was 1, 0 ** 300 was 1), while CPU's wraps like repeated multiplication:
-// exponents from 64 on are taken by squaring, one loop step per bit of the
-// largest of them (no step when there is none). (Negative exponents: XLA's
-// answer, 1, -1 or 0, as on CPU.)
+// exponents from 64 on are taken by squaring over their 64 bits. (Negative
+// exponents: XLA's answer, 1, -1 or 0, as on CPU.)
 Value integer_pow(Builder& b, Value x, Value e) {
   const Type t = b.type(x);
   Value one1 = b.full_int(1, t.dtype, t.dims);
