@@ -77,6 +77,11 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 _PLUGIN = _plugin.find_plugin()
+# (read by the plugin when it starts, on first use; part of the compile
+# cache's key)
+_xla_flags = _plugin.xla_flags(_PLUGIN, os.environ.get("XLA_FLAGS", ""))
+if _xla_flags:
+    os.environ["XLA_FLAGS"] = _xla_flags
 _ops._configure(
     _PLUGIN.path,
     _plugin.cpu_device_count(),
@@ -265,11 +270,13 @@ def flush() -> None:
 
 
 def fused_stats() -> dict[str, int]:
-    """Fused eager: programs recorded, fused programs run (flushes), and the
+    """Fused eager: programs recorded, fused programs run (flushes), the
     distinct fused programs among them (graphs: each is compiled once, or
-    found in the executable cache)."""
-    recorded, flushes, graphs = (int(v) for v in _ops.fused_stats())
-    return {"recorded": recorded, "flushes": flushes, "graphs": graphs}
+    found in the executable cache), and the input buffers they donated
+    (a tensor written in place, such as a parameter or an optimizer's state,
+    whose old buffer became its new value's: updated without a copy)."""
+    recorded, flushes, graphs, donated = (int(v) for v in _ops.fused_stats())
+    return {"recorded": recorded, "flushes": flushes, "graphs": graphs, "donated": donated}
 
 
 def fused_max_ops() -> int:

@@ -346,7 +346,8 @@ std::vector<at::Tensor> launch(const std::shared_ptr<const ProgramPlan>& kept, B
     return deliver(
         plan, bound, outs, deferred_tensor,
         [&](TpuStorage& s, const exec::DeferredPtr& d, const Type&, const exec::Checks& checks) {
-          if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, d);
+          const TpuStorage::Value old = s.raw_value();
+          graph.replaced(old.buffer, old.deferred, d);
           s.set_deferred(d, checks);
         },
         [&](const exec::DeferredPtr& d, const std::string& message) { return graph.add_check(d, message); });

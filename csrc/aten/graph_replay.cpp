@@ -197,7 +197,8 @@ void finish(const Captured& c, c10::ArrayRef<c10::IValue> args, const std::vecto
   exec::DeferredGraph& graph = current_executor().graph(c.device);
   for (const auto& [pos, value] : c.writes) {
     TpuStorage& s = storage_of(tensor_at(args, pos));
-    if (pjrt::BufferPtr old = s.raw_value().buffer) graph.replaced(old, results[value]);
+    const TpuStorage::Value old = s.raw_value();
+    graph.replaced(old.buffer, old.deferred, results[value]);
     s.set_deferred(results[value], checks);
   }
 }
@@ -321,7 +322,7 @@ std::tuple<int64_t, std::string> capture_end(int64_t handle, c10::List<c10::IVal
     if (value >= 0) {
       c->writes.emplace_back(pos, value);
       auto p = param_of.find(impl);
-      if (p != param_of.end()) graph.replaced(fn->buffers[p->second], results[value]);
+      if (p != param_of.end()) graph.replaced(fn->buffers[p->second], nullptr, results[value]);
     } else if (!holds(s, st.before[impl]) && why.empty()) {
       why = "an input's storage was given a value outside the graph's programs";
     }

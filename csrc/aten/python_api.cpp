@@ -148,7 +148,7 @@ void flush() {
 int64_t fused_max_ops() { return static_cast<int64_t>(exec::DeferredGraph::max_programs()); }
 std::vector<int64_t> fused_stats() {
   exec::DeferredStats s = exec::DeferredGraph::stats();
-  return {s.recorded, s.flushes, s.graphs};
+  return {s.recorded, s.flushes, s.graphs, s.donated};
 }
 
 std::vector<int64_t> memory_stats(int64_t device) {

@@ -18,6 +18,7 @@ namespace tpu::exec {
 namespace {
 std::atomic<int64_t> g_recorded{0};
 std::atomic<int64_t> g_flushes{0};
+std::atomic<int64_t> g_donated{0};
 std::mutex g_structures_mu;
 std::unordered_set<uint64_t> g_structures;  // fingerprints of the structures run
 
@@ -53,7 +54,7 @@ size_t DeferredGraph::max_programs() {
 
 DeferredStats DeferredGraph::stats() {
   std::lock_guard<std::mutex> lock(g_structures_mu);
-  return {g_recorded.load(), g_flushes.load(), static_cast<int64_t>(g_structures.size())};
+  return {g_recorded.load(), g_flushes.load(), static_cast<int64_t>(g_structures.size()), g_donated.load()};
 }
 
 size_t DeferredGraph::size() const {
@@ -142,10 +143,24 @@ CheckPtr DeferredGraph::add_check(DeferredPtr ok, std::string message) {
   return check;
 }
 
-void DeferredGraph::replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor) {
+void DeferredGraph::replaced(const pjrt::BufferPtr& old, const DeferredPtr& old_value, const DeferredPtr& successor) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  auto it = rec_.param_index.find(old.get());
-  if (it != rec_.param_index.end() && successor->pending_in(this)) rec_.successors[it->second] = successor;
+  if (!successor->pending_in(this)) return;
+  int param = -1;
+  if (old) {
+    auto it = rec_.param_index.find(old.get());
+    if (it != rec_.param_index.end()) param = it->second;
+  } else if (old_value) {
+    auto it = rec_.succeeds.find(old_value.get());
+    if (it != rec_.succeeds.end()) {
+      // (the entry of a value that died may name a new one at its address)
+      if (rec_.successors[it->second].lock() == old_value) param = it->second;
+      rec_.succeeds.erase(it);
+    }
+  }
+  if (param < 0) return;
+  rec_.successors[param] = successor;
+  rec_.succeeds[successor.get()] = param;
 }
 
 void DeferredGraph::flush() {
@@ -324,6 +339,7 @@ void DeferredGraph::flush_locked() {
   raw.reserve(r.params.size());
   for (const auto& p : r.params) raw.push_back(p->raw());
   ++g_flushes;
+  g_donated += std::count_if(alias.begin(), alias.end(), [](int a) { return a >= 0; });
   {
     std::lock_guard<std::mutex> lock(g_structures_mu);
     g_structures.insert(fingerprint64(key));

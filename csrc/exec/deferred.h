@@ -127,6 +127,7 @@ struct DeferredStats {
   int64_t recorded = 0;  // programs recorded
   int64_t flushes = 0;   // fused programs run
   int64_t graphs = 0;    // distinct structures among them (each compiled once, whatever the cache holds)
+  int64_t donated = 0;   // parameter buffers they updated in place (donated to their successors)
 };
 
 class DeferredGraph {
@@ -148,11 +149,12 @@ class DeferredGraph {
   // A device-side check (rank-0 pred) verified after the graph ran.
   // (The check is the guard of the values computed from it: device_check.h.)
   std::shared_ptr<DeviceCheck> add_check(DeferredPtr ok, std::string message);
-  // A storage that held `old` (maybe a parameter of this graph) now holds
-  // `successor`: if nothing else holds `old` when the graph runs, its
-  // buffer is donated to `successor` (an optimizer's parameter update
-  // happens in place).
-  void replaced(const pjrt::BufferPtr& old, const DeferredPtr& successor);
+  // A storage that held `old` (maybe a parameter of this graph) or
+  // `old_value` (maybe the successor of one) now holds `successor`: if
+  // nothing else holds the parameter's buffer when the graph runs, it is
+  // donated to its latest successor (an optimizer's updates of a parameter
+  // or of its state, `mul_` then `addcdiv_` say, happen in place).
+  void replaced(const pjrt::BufferPtr& old, const DeferredPtr& old_value, const DeferredPtr& successor);
 
   // Run everything recorded as one program and resolve the values still
   // held. Errors are thrown here and by every value of the failed graph.
@@ -185,6 +187,7 @@ class DeferredGraph {
     std::vector<Origin> origins;
     std::unordered_map<const pjrt::Buffer*, int> param_index;
     std::unordered_map<int, std::weak_ptr<DeferredValue>> successors;  // by parameter
+    std::unordered_map<const DeferredValue*, int> succeeds;  // successor -> its parameter
     std::vector<Call> calls;
     std::vector<std::weak_ptr<DeferredValue>> produced;
     std::vector<std::shared_ptr<DeviceCheck>> checks;

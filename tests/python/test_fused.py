@@ -7,6 +7,7 @@ once, and that views, in-place ops and errors keep their eager meaning.
 """
 
 import copy
+import os
 
 import pytest
 import torch
@@ -219,3 +220,85 @@ def test_host_errors_raise_at_the_op():
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
         a @ b
     assert (a + 1).sum().item() == 12
+
+
+TEMPORARIES = """
+import torch, torch_tpu
+
+def step(a, b):
+    parts = [(a + i) @ b for i in range(12)]
+    total = sum(parts)
+    return sum(p * total for p in parts)  # the 12 4 MiB parts live together
+
+a, b = torch.randn(1024, 64, device="tpu"), torch.randn(64, 1024, device="tpu")
+with torch_tpu.execution_mode("fused"):
+    y = step(a, b)
+print(float(y[0, 0]))
+"""
+
+
+def test_cpu_plugin_temporaries_stay_in_heaps_malloc_can_reuse(tmp_path):
+    # A fused step's temporaries in one block above glibc's 32 MiB mmap
+    # threshold were mapped, zero-filled and unmapped at every run (a quarter
+    # of a fused GPT step): torch_tpu caps XLA:CPU's temporary heaps at 8 MiB,
+    # keeping the user's own XLA_FLAGS.
+    import re
+    import subprocess
+    import sys
+
+    dump = tmp_path / "dump"
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR="0", TORCH_TPU_SESSION="0",
+               XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
+    out = subprocess.run([sys.executable, "-c", TEMPORARIES], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    temps = []
+    for f in dump.glob("*tpu_fused*buffer-assignment.txt"):
+        temps += [int(s) for s in re.findall(r"^allocation \d+: size (\d+), .*preallocated-temp", f.read_text(), re.M)]
+    assert temps, "no fused program was dumped"
+    assert max(temps) <= torch_tpu._plugin.CPU_TEMP_HEAP_BYTES + 4 * 1024 * 1024, sorted(temps)
+    assert sum(temps) >= 8 * 1024 * 1024  # (the temporaries did exist)
+
+
+def test_xla_flags_for_the_cpu_plugin_keep_the_users():
+    from torch_tpu._plugin import CPU_TEMP_HEAP_FLAG, PluginChoice, xla_flags
+
+    cpu = PluginChoice("/x/pjrt_c_api_cpu_plugin.so", "cpu", [])
+    assert xla_flags(cpu, "") == f"{CPU_TEMP_HEAP_FLAG}=8388608"
+    assert xla_flags(cpu, "--xla_dump_to=/d") == f"--xla_dump_to=/d {CPU_TEMP_HEAP_FLAG}=8388608"
+    assert xla_flags(cpu, f"{CPU_TEMP_HEAP_FLAG}=-1") == f"{CPU_TEMP_HEAP_FLAG}=-1"
+    assert xla_flags(PluginChoice("/x/pjrt_c_api_cpu_plugin.so", "env", []), "").startswith(CPU_TEMP_HEAP_FLAG)
+    for kind, path in (("tpu", "/x/libtpu.so"), ("cuda", "/x/xla_cuda_plugin.so"), ("env", "/x/libtpu.so")):
+        assert xla_flags(PluginChoice(path, kind, []), "--a") == "--a"
+    # This process runs on the CPU plugin with the cap.
+    if torch_tpu.plugin_info()["platform"] == "cpu":
+        assert CPU_TEMP_HEAP_FLAG in os.environ["XLA_FLAGS"]
+
+
+@pytest.mark.parametrize("cls,kw,states", [(torch.optim.AdamW, {}, 2), (torch.optim.Adam, dict(weight_decay=0.1), 2),
+                                           (torch.optim.SGD, dict(momentum=0.9, weight_decay=0.1), 1),
+                                           (torch.optim.RMSprop, dict(momentum=0.9, weight_decay=0.1), 2)])
+def test_optimizer_steps_update_parameters_and_state_in_place(cls, kw, states):
+    # A parameter or state written by several in-place ops in one step
+    # (weight decay's mul_, then addcdiv_) gives its buffer to the last of
+    # them: the step keeps no second copy of the model or of its state.
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to("tpu")
+    ref = copy.deepcopy(model).cpu()
+    opt = cls(model.parameters(), lr=1e-3, foreach=True, **kw)
+    ref_opt = cls(ref.parameters(), lr=1e-3, foreach=True, **kw)
+    x = torch.randn(16, 32)
+    n = len(list(model.parameters()))
+    for step in range(3):
+        for m, o, inp in ((model, opt, x.to("tpu")), (ref, ref_opt, x)):
+            o.zero_grad()
+            m(inp).square().mean().backward()
+        torch.tpu.synchronize()
+        before = torch_tpu.fused_stats()
+        opt.step()
+        ref_opt.step()
+        torch.tpu.synchronize()
+        after = torch_tpu.fused_stats()
+        assert after["flushes"] - before["flushes"] == 1
+        if step > 0:  # (the first step creates the state)
+            assert after["donated"] - before["donated"] == n * (1 + states)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
