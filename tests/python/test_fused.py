@@ -8,6 +8,9 @@ once, and that views, in-place ops and errors keep their eager meaning.
 
 import copy
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -242,10 +245,6 @@ def test_cpu_plugin_temporaries_stay_in_heaps_malloc_can_reuse(tmp_path):
     # threshold were mapped, zero-filled and unmapped at every run (a quarter
     # of a fused GPT step): torch_tpu caps XLA:CPU's temporary heaps at
     # 30 MiB, keeping the user's own XLA_FLAGS.
-    import re
-    import subprocess
-    import sys
-
     dump = tmp_path / "dump"
     env = dict(os.environ, TORCH_TPU_CACHE_DIR="0", TORCH_TPU_SESSION="0",
                XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text")
