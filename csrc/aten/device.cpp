@@ -1,6 +1,7 @@
 // The tpu device as PyTorch sees it: the device guard (current device,
 // streams, events) and the PrivateUse1 hooks (availability, generators,
 // pointers, storage resizing, pinned host memory).
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -262,7 +263,12 @@ TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
 // answers for any pointer inside one, as CUDA's host allocator does.
 // Transfers from it are the same as from any host memory (the plugin copies
 // the bytes before the call returns); what pinning gives is PyTorch's API.
-class PinnedAllocator final : public c10::Allocator {
+// Pinned host memory: page-aligned host blocks the device's copies read and
+// write directly. It is also the device's host allocator for
+// torch.accelerator (empty_host_cache, host memory stats): nothing is
+// cached, so emptying the cache frees nothing, and a block is freed when its
+// last tensor goes (a non_blocking copy holds its destination until it lands).
+class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t n) override {
     void* p = nullptr;
@@ -272,12 +278,40 @@ class PinnedAllocator final : public c10::Allocator {
       }
       std::lock_guard<std::mutex> lock(mu());
       live()[reinterpret_cast<uintptr_t>(p)] = n;
+      auto& st = stats();
+      st.active_requests.increase(1);
+      st.allocations.increase(1);
+      st.active_bytes.increase(static_cast<int64_t>(n));
+      st.allocated_bytes.increase(static_cast<int64_t>(n));
+      st.num_host_alloc++;
     }
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
+  }
+
+  bool record_event(void* ptr, void* /*ctx*/, c10::Stream /*stream*/) override { return contains(ptr); }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mu());
+    return stats();
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mu());
+    auto& st = stats();
+    for (auto* s : {&st.active_requests, &st.active_bytes, &st.allocations, &st.allocated_bytes}) {
+      s->reset_accumulated();
+    }
+    st.num_host_alloc = st.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mu());
+    auto& st = stats();
+    for (auto* s : {&st.active_requests, &st.active_bytes, &st.allocations, &st.allocated_bytes}) {
+      s->reset_peak();
+    }
   }
 
   static bool contains(const void* data) {
@@ -299,11 +333,24 @@ class PinnedAllocator final : public c10::Allocator {
     static auto* m = new std::map<uintptr_t, size_t>();  // (outlives tensors freed at exit)
     return *m;
   }
+  static at::HostStats& stats() {
+    static auto* s = new at::HostStats();
+    return *s;
+  }
   static void release(void* p) {
     if (p == nullptr) return;
     {
       std::lock_guard<std::mutex> lock(mu());
-      live().erase(reinterpret_cast<uintptr_t>(p));
+      auto it = live().find(reinterpret_cast<uintptr_t>(p));
+      if (it != live().end()) {
+        auto& st = stats();
+        st.active_requests.decrease(1);
+        st.allocations.decrease(1);
+        st.active_bytes.decrease(static_cast<int64_t>(it->second));
+        st.allocated_bytes.decrease(static_cast<int64_t>(it->second));
+        st.num_host_free++;
+        live().erase(it);
+      }
     }
     std::free(p);
   }
@@ -354,7 +401,10 @@ class TpuHooks final : public at::PrivateUse1HooksInterface {
 };
 
 struct RegisterHooks {
-  RegisterHooks() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
+  RegisterHooks() {
+    at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+    at::setHostAllocator(c10::DeviceType::PrivateUse1, &pinned_allocator());
+  }
 } register_hooks;
 
 }  // namespace

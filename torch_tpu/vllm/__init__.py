@@ -1,0 +1,38 @@
+"""vLLM on the ``tpu`` device: a vLLM platform plugin.
+
+Installed with the ``vllm`` extra, torch_tpu is in vLLM's
+``vllm.platform_plugins`` entry-point group, so ``vllm serve`` and
+``vllm.LLM`` select the ``tpu`` platform on their own when the device is
+available: vLLM's own engine, scheduler, paged KV cache, sampler and
+OpenAI server, with the model on ``tpu``. ``TORCH_TPU_VLLM=0`` leaves vLLM
+to its own platform detection (its CPU platform on this build).
+
+- ``platform.TpuPlatform``: the platform (device type ``tpu``, dispatch key
+  PrivateUse1, distributed backend ``tpu``);
+- ``worker.TpuWorker`` and ``worker.TpuModelRunner``: vLLM's GPU worker and
+  model runner on ``tpu:N``, with the device's streams and events;
+- ``attention.TpuAttentionBackend``: attention over vLLM's paged KV cache
+  written with torch ops (every op a program on the device);
+- ``kernels``: tpu implementations of the kernels vLLM launches outside the
+  model, and a guard that turns a tpu tensor reaching one of vLLM's CPU
+  kernels into a Python error naming the op.
+"""
+
+from __future__ import annotations
+
+import os
+
+PLATFORM = "torch_tpu.vllm.platform.TpuPlatform"
+
+
+def register() -> str | None:
+    """The ``vllm.platform_plugins`` entry point: the platform's class name
+    when the ``tpu`` device is available and ``TORCH_TPU_VLLM`` is not 0,
+    else None (vLLM then picks its own platform)."""
+    if os.environ.get("TORCH_TPU_VLLM", "1") == "0":
+        return None
+    import torch
+
+    import torch_tpu  # noqa: F401  (registers the device where autoload is off)
+
+    return PLATFORM if torch.tpu.is_available() else None

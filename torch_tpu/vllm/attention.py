@@ -1,0 +1,182 @@
+"""Attention over vLLM's paged KV cache on ``tpu``, in torch ops.
+
+The KV cache of a layer is vLLM's ``[num_blocks, num_kv_heads, block_size,
+2 * head_size]`` (keys then values in the last dimension), laid out
+blocks-then-tokens (``KVCacheLayout.LBNHC``), so the cache seen as one row
+per slot is a view: the write of a step's keys and values is one
+``index_copy_`` into it, in place.
+
+A step's batch is ragged: prefill chunks, decodes and mixed batches together,
+``query_start_loc`` splitting the flat token axis into requests. Each token
+attends to the keys of its own request up to its own position (causal), over
+the request's blocks gathered from the block table, grouped-query heads
+sharing their key-value head. The gathered keys have one fixed length per
+step (the block table's width), so the programs' shapes depend only on the
+number of tokens and requests in the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.registry import AttentionBackendEnum
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+NAME = "TPU_PAGED"
+PATH = "torch_tpu.vllm.attention.TpuAttentionBackend"
+
+
+class TpuAttentionBackend(AttentionBackend):
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "float16", "bfloat16", "float32"]
+    forward_includes_kv_cache_update: bool = False
+
+    @staticmethod
+    def get_name() -> str:
+        return NAME
+
+    @staticmethod
+    def get_impl_cls() -> type["TpuAttentionImpl"]:
+        return TpuAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type["TpuAttentionMetadataBuilder"]:
+        return TpuAttentionMetadataBuilder
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # Blocks, then tokens, then heads: one slot's keys and values are
+        # contiguous, and the cache is a [slots, heads, 2 * head_size] view.
+        return (KVCacheLayout.LBNHC,)
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_non_causal(cls) -> bool:
+        return False
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class TpuAttentionMetadata:
+    num_actual_tokens: int
+    num_reqs: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    # Per token (num_actual_tokens): its request and its position.
+    token_request: torch.Tensor
+    token_position: torch.Tensor
+
+
+class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.block_size = kv_cache_spec.block_size
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> TpuAttentionMetadata:
+        m = common_attn_metadata
+        n, r = m.num_actual_tokens, m.num_reqs
+        qsl = m.query_start_loc[: r + 1].to(torch.int64)
+        seq_lens = m.seq_lens[:r].to(torch.int64)
+        tok = torch.arange(n, device=qsl.device, dtype=torch.int64)
+        # A token's request: how many requests end at or before it.
+        req = (tok.unsqueeze(1) >= qsl[1:].unsqueeze(0)).sum(1).clamp(max=max(r - 1, 0))
+        # Its position: the request's length less the tokens after it.
+        pos = seq_lens[req] - (qsl[1:][req] - tok)
+        return TpuAttentionMetadata(
+            num_actual_tokens=n, num_reqs=r, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
+            query_start_loc=m.query_start_loc, seq_lens=m.seq_lens, block_table=m.block_table_tensor[:r],
+            slot_mapping=m.slot_mapping, token_request=req, token_position=pos,
+        )
+
+
+class TpuAttentionImpl(AttentionImpl):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str,
+                 logits_soft_cap: float | None = None, attn_type: str = AttentionType.DECODER,
+                 kv_sharing_target_layer_name: str | None = None, sinks: torch.Tensor | None = None) -> None:
+        if alibi_slopes is not None:
+            raise NotImplementedError("tpu attention: ALiBi slopes are not supported yet")
+        if sinks is not None:
+            raise NotImplementedError("tpu attention: attention sinks are not supported yet")
+        if attn_type != AttentionType.DECODER:
+            raise NotImplementedError(f"tpu attention: {attn_type} attention is not supported yet (decoder only)")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.sliding_window = sliding_window
+        self.logits_soft_cap = logits_soft_cap or 0.0
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+
+    def _slots(self, kv_cache: torch.Tensor) -> torch.Tensor:
+        blocks, heads, block_size, width = kv_cache.shape
+        return kv_cache.transpose(1, 2).view(blocks * block_size, heads, width)
+
+    def do_kv_cache_update(self, layer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor) -> None:
+        n = min(key.shape[0], slot_mapping.shape[0])
+        # Padding tokens carry slot -1: they go to block 0, which vLLM keeps
+        # as its null block and never reads.
+        slots = slot_mapping[:n].clamp(min=0)
+        self._slots(kv_cache).index_copy_(0, slots, torch.cat([key[:n], value[:n]], -1).to(kv_cache.dtype))
+
+    def forward(self, layer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                attn_metadata: TpuAttentionMetadata | None, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None, output_block_scale: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("tpu attention: fused output quantization is not supported")
+        if attn_metadata is None:  # the profiling run
+            return output.fill_(0)
+        m = attn_metadata
+        n, d, hk = m.num_actual_tokens, self.head_size, self.num_kv_heads
+        g = self.num_heads // hk
+        blocks, _, block_size, _ = kv_cache.shape
+        r, width = m.block_table.shape
+        # The requests' blocks, in order: [r, kv heads, width * block_size, 2d].
+        kv = kv_cache.index_select(0, m.block_table.reshape(-1).to(torch.int64))
+        kv = kv.view(r, width, hk, block_size, 2 * d).permute(0, 2, 1, 3, 4).reshape(r, hk, width * block_size, 2 * d)
+        k, v = kv[..., :d], kv[..., d:]
+        q = query[:n].reshape(n, hk, g, d)
+        scores = torch.einsum("tkgd,rksd->tkgrs", q.to(k.dtype), k).float() * self.scale
+        if self.logits_soft_cap:
+            scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
+        s = torch.arange(width * block_size, device=q.device)
+        pos = m.token_position.unsqueeze(1)
+        visible = s.unsqueeze(0) <= pos
+        if self.sliding_window is not None:
+            visible = visible & (s.unsqueeze(0) > pos - self.sliding_window)
+        own = m.token_request.unsqueeze(1) == torch.arange(r, device=q.device).unsqueeze(0)
+        allowed = own.unsqueeze(2) & visible.unsqueeze(1)  # [t, r, s]
+        scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+        p = scores.reshape(n, hk, g, r * width * block_size).softmax(-1).reshape(scores.shape).to(v.dtype)
+        out = torch.einsum("tkgrs,rksd->tkgd", p, v)
+        output[:n].copy_(out.reshape(n, self.num_heads * d).to(output.dtype).view(output[:n].shape))
+        return output
+
+
+# vLLM's attention layers look their backend up by name in this enum.
+if NAME not in AttentionBackendEnum._member_map_:
+    AttentionBackendEnum.register(NAME, PATH)

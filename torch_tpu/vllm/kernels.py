@@ -1,0 +1,119 @@
+"""The kernels vLLM launches outside the model, on tpu, and the guard on its
+CPU kernels.
+
+vLLM's CPU build registers its C++ kernels (``torch.ops._C``,
+``_C_cache_ops``, ...) for every device: they read and write host memory
+through raw pointers, so a tpu tensor reaching one would crash the process
+(a tpu tensor's data pointer is a device buffer, not host memory).
+``import_and_guard`` gives each of them a PrivateUse1 kernel that raises
+``NotImplementedError`` naming the op and the tpu path to use instead;
+``register_overrides`` points the kernels vLLM's model runner launches
+(Triton kernels on GPUs, C++ on CPU) at implementations in torch ops, which
+run as programs on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+# vLLM's C++ extension namespaces (the CPU build registers ops in these).
+VLLM_NAMESPACES = ("_C", "_C_cache_ops", "_C_utils", "_C_custom_ar", "_moe_C", "_rocm_C", "_C_cpu")
+
+_guarded: set[str] = set()
+_libraries: list[torch.library.Library] = []
+_lock = threading.Lock()
+
+
+class CpuKernelOnTpuError(NotImplementedError):
+    """A tpu tensor reached one of vLLM's CPU (raw host pointer) kernels."""
+
+
+def _refuse(op: str):
+    def kernel(*args, **kwargs):
+        raise CpuKernelOnTpuError(
+            f"vLLM's kernel {op} reads host memory through raw pointers and cannot take tpu tensors. "
+            "torch_tpu's vLLM platform replaces the kernels its model runner and attention backend "
+            "use; this one was reached from elsewhere (a model layer or feature the tpu platform does "
+            "not cover yet). Run the model with TORCH_TPU_VLLM=0 (vLLM's CPU platform) or report the "
+            "layer that called it."
+        )
+
+    kernel.__name__ = f"tpu_refuses_{op.replace('::', '_').replace('.', '_')}"
+    return kernel
+
+
+def guard_cpu_kernels() -> list[str]:
+    """Gives every op of vLLM's C++ namespaces that has no PrivateUse1 kernel
+    one that raises ``CpuKernelOnTpuError``; returns the ops guarded now."""
+    added = []
+    with _lock:
+        names = torch._C._dispatch_get_all_op_names()
+        for full in names:
+            ns, _, name = full.partition("::")
+            if ns not in VLLM_NAMESPACES or full in _guarded:
+                continue
+            if torch._C._dispatch_has_kernel_for_dispatch_key(full, "PrivateUse1"):
+                continue
+            lib = torch.library.Library(ns, "IMPL")
+            try:
+                lib.impl(name, _refuse(full), "PrivateUse1")
+            except RuntimeError:
+                continue
+            _libraries.append(lib)
+            _guarded.add(full)
+            added.append(full)
+    return added
+
+
+def import_and_guard() -> None:
+    """Imports vLLM's C++ extensions (as vLLM's platforms do) and guards
+    their kernels against tpu tensors."""
+    for mod in ("vllm._C", "vllm._moe_C", "vllm._C_utils"):
+        with contextlib.suppress(ImportError):
+            __import__(mod)
+    guard_cpu_kernels()
+
+
+def compute_slot_mapping(
+    num_tokens: int,
+    max_num_tokens: int,
+    query_start_loc: torch.Tensor,
+    positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_table_stride: int,
+    slot_mapping: torch.Tensor,
+    KV_CACHE_BLOCK_SIZE: int,  # noqa: N803 (the kernel's parameter names)
+    TOTAL_CP_WORLD_SIZE: int = 1,  # noqa: N803
+    TOTAL_CP_RANK: int = 0,  # noqa: N803
+    CP_KV_CACHE_INTERLEAVE_SIZE: int = 1,  # noqa: N803
+    PAD_ID: int = -1,  # noqa: N803
+    BLOCK_SIZE: int = 1024,  # noqa: N803
+) -> None:
+    """vLLM's slot mapping: for each scheduled token, the KV cache slot its
+    key and value go to (``block_table[req, pos // block_size] * block_size
+    + pos % block_size``), ``PAD_ID`` for the padding up to
+    ``max_num_tokens``; written into ``slot_mapping`` in place."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("tpu: vLLM's context parallelism (decode context parallel) is not supported")
+    if num_tokens:
+        starts = query_start_loc[1:].to(torch.int64)
+        tok = torch.arange(num_tokens, device=positions.device, dtype=torch.int64)
+        # The request of each token: how many requests end at or before it.
+        req = (tok.unsqueeze(1) >= starts.unsqueeze(0)).sum(1)
+        pos = positions[:num_tokens].to(torch.int64)
+        flat = block_table.reshape(-1)
+        block = flat[req * block_table_stride + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor")]
+        slot_mapping[:num_tokens].copy_(block.to(torch.int64) * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE)
+    if max_num_tokens > num_tokens:
+        slot_mapping[num_tokens:max_num_tokens].fill_(PAD_ID)
+
+
+def register_overrides() -> None:
+    """Points the kernels vLLM's model runner launches at the torch-op
+    implementations above."""
+    from vllm.triton_utils.dispatcher import register_kernels
+
+    register_kernels({"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": compute_slot_mapping})

@@ -1,0 +1,113 @@
+"""vLLM's GPU worker and model runner on ``tpu:N`` (see ``torch_tpu.vllm``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import torch
+from vllm.config import set_current_vllm_config
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+from vllm.v1.worker.worker_base import CompilationTimes
+from vllm.v1.worker.workspace import init_workspace_manager
+
+_log = logging.getLogger("torch_tpu.vllm")
+
+
+@contextlib.contextmanager
+def _cuda_names_on_tpu():
+    """vLLM's GPU model runner makes its side streams and events with
+    ``torch.cuda``'s names while it is built: the tpu device's streams and
+    events stand in for them (``torch.Event`` already follows the current
+    accelerator)."""
+    saved = {name: getattr(torch.cuda, name) for name in ("Stream", "Event", "current_stream", "stream")}
+
+    def event(*args, blocking=None, **kwargs):  # torch.cuda.Event's blocking= has no meaning here
+        return torch.tpu.Event(*args, **kwargs)
+
+    torch.cuda.Stream = torch.tpu.Stream
+    torch.cuda.Event = event
+    torch.cuda.current_stream = torch.tpu.current_stream
+    torch.cuda.stream = torch.tpu.stream
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(torch.cuda, name, value)
+
+
+class TpuModelRunner(GPUModelRunner):
+    """vLLM's GPU model runner, on ``tpu``: its buffers, KV cache, sampler
+    and attention metadata live on the device; no CUDA graphs."""
+
+    def __init__(self, vllm_config, device: torch.device):
+        with _cuda_names_on_tpu():
+            super().__init__(vllm_config, device)
+        self.use_cuda_graph = False
+
+    def _sync_device(self) -> None:
+        torch.tpu.synchronize(self.device)
+
+    def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
+        return sampled_token_ids.tolist()
+
+
+class TpuWorker(Worker):
+    """vLLM's GPU worker on ``tpu:N``: the device's memory sizes the KV cache;
+    no sleep mode, no CUDA graphs."""
+
+    def init_device(self):
+        index = self.local_rank % max(torch.tpu.device_count(), 1)
+        self.device = torch.device("tpu", index)
+        torch.tpu.set_device(self.device)
+        current_platform.check_if_supports_dtype(self.model_config.dtype)
+        init_worker_distributed_environment(
+            self.vllm_config, self.rank, self.distributed_init_method, self.local_rank,
+            current_platform.dist_backend,
+        )
+        set_random_seed(self.model_config.seed)
+        init_workspace_manager(self.device, 1, 1)
+        self.model_runner = TpuModelRunner(self.vllm_config, self.device)
+
+    def determine_available_memory(self) -> int:
+        """The bytes the KV cache may take: ``kv_cache_memory_bytes`` when
+        given, else ``gpu_memory_utilization`` of the device's memory less the
+        peak the model reached in a profiling run at the largest batch."""
+        torch.tpu.reset_peak_memory_stats(self.device)
+        with set_current_vllm_config(self.vllm_config):
+            self.model_runner.profile_run()
+        torch.tpu.synchronize(self.device)
+        if self.cache_config.kv_cache_memory_bytes:
+            return int(self.cache_config.kv_cache_memory_bytes)
+        free, total = torch.tpu.mem_get_info(self.device)
+        peak = torch.tpu.max_memory_allocated(self.device)
+        budget = int(total * self.cache_config.gpu_memory_utilization) - peak
+        available = min(budget, free - (free >> 4))
+        if available <= 0:
+            raise ValueError(
+                f"tpu: no memory left for the KV cache: {peak} bytes used by the model at its peak, "
+                f"{free} of {total} bytes free, gpu_memory_utilization "
+                f"{self.cache_config.gpu_memory_utilization}. Raise gpu_memory_utilization or set "
+                "kv_cache_memory_bytes."
+            )
+        _log.info("tpu: %d bytes for the KV cache (peak of the model %d, free %d of %d)", available, peak, free, total)
+        return available
+
+    def compile_or_warm_up_model(self) -> CompilationTimes:
+        set_random_seed(self.model_config.seed)
+        return CompilationTimes(language_model=self.compilation_config.compilation_time,
+                                encoder=getattr(self.compilation_config, "encoder_compilation_time", 0.0))
+
+    def _maybe_get_memory_pool_context(self, tag: str):
+        # No sleep-mode allocator: the device's own allocator holds everything.
+        return contextlib.nullcontext()
+
+    def sleep(self, level: int = 1) -> None:
+        _log.warning("tpu: vLLM's sleep mode is not supported on tpu; ignored")
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        _log.warning("tpu: vLLM's sleep mode is not supported on tpu; ignored")
