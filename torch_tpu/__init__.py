@@ -109,6 +109,9 @@ _flex_attention.install()
 _litert.install()
 _ray.install()
 distributed.register()
+from . import vllm as _vllm  # noqa: E402  (the vLLM platform plugin; imports no vLLM)
+
+_vllm.install()
 # Ctrl-C while the host waits for the device raises KeyboardInterrupt at
 # once, from the op that waited (the hook needs Python: it lives in the
 # pybind11 module).

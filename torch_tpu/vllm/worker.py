@@ -60,6 +60,12 @@ class TpuWorker(Worker):
     """vLLM's GPU worker on ``tpu:N``: the device's memory sizes the KV cache;
     no sleep mode, no CUDA graphs."""
 
+    def __init__(self, *args, **kwargs):
+        from . import layers
+
+        layers.register_layers()
+        super().__init__(*args, **kwargs)
+
     def init_device(self):
         index = self.local_rank % max(torch.tpu.device_count(), 1)
         self.device = torch.device("tpu", index)

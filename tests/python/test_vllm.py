@@ -1,0 +1,260 @@
+"""vLLM on tpu through torch_tpu's platform plugin (torch_tpu/vllm): vLLM's
+own engine (scheduler, paged KV cache, sampler) with the model on tpu. One
+engine for the module, in this process; tokens against Hugging Face on CPU.
+The attention backend and the slot mapping are also checked alone against
+references in plain PyTorch on CPU."""
+
+import os
+import random
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from torch_tpu.vllm import attention as tpu_attention  # noqa: E402
+from torch_tpu.vllm import kernels  # noqa: E402
+
+VOCAB, BLOCK, MAX_LEN, BUDGET = 256, 16, 128, 64
+
+
+def _save_model(path):
+    words = ["<unk>", "<pad>", "<eos>", "<bos>"] + [f"w{i}" for i in range(VOCAB - 4)]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                                eos_token="<eos>", bos_token="<bos>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                   max_position_embeddings=MAX_LEN, eos_token_id=2, bos_token_id=3, pad_token_id=1,
+                                   tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():  # large weights: peaked logits, so greedy tokens vary and have no near-ties
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def hf_and_llm(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("llama"))
+    hf = _save_model(path)
+    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
+    try:
+        llm = vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN, enforce_eager=True,
+                       kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=BUDGET,
+                       enable_prefix_caching=True, seed=0)
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
+    yield hf, llm
+    del llm
+
+
+def _hf_greedy(hf, ids, n):
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[-n:]
+
+
+def _prompt(ids):
+    return {"prompt_token_ids": list(ids)}
+
+
+def _ids(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(4, VOCAB) for _ in range(n)]
+
+
+def test_vllm_selects_the_tpu_platform_and_runs_the_model_on_tpu(hf_and_llm):
+    _, llm = hf_and_llm
+    from vllm.platforms import current_platform
+
+    assert current_platform.device_type == "tpu" and current_platform.dispatch_key == "PrivateUse1"
+    worker = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker
+    runner = worker.model_runner
+    assert worker.device.type == "tpu"
+    assert {p.device.type for p in runner.model.parameters()} == {"tpu"}
+    assert runner.kv_caches and all(kv.device.type == "tpu" for kv in runner.kv_caches)
+
+
+def test_greedy_tokens_equal_hf_in_prefill_decode_and_mixed_chunked_batches(hf_and_llm):
+    hf, llm = hf_and_llm
+    # 5 + 70 + 20 prompt tokens against a 64-token step budget: the long
+    # prompt is prefilled in chunks, in steps shared with the others' decodes.
+    prompts = [_ids(1, 5), _ids(2, 70), _ids(3, 20), _ids(4, 1)]
+    params = vllm.SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    outs = llm.generate([_prompt(p) for p in prompts], params, use_tqdm=False)
+    for p, o in zip(prompts, outs):
+        assert list(o.outputs[0].token_ids) == _hf_greedy(hf, p, 12), f"prompt of {len(p)} tokens"
+        assert o.outputs[0].finish_reason == "length"
+
+
+def test_prefix_caching_reuses_the_shared_blocks_and_gives_the_same_tokens(hf_and_llm):
+    hf, llm = hf_and_llm
+    shared = _ids(10, 3 * BLOCK + 5)
+    params = vllm.SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    first = llm.generate([_prompt(shared + [7, 8])], params, use_tqdm=False)[0]
+    second = llm.generate([_prompt(shared + [9])], params, use_tqdm=False)[0]
+    assert second.num_cached_tokens >= 3 * BLOCK  # the three full blocks of the shared prefix
+    assert list(first.outputs[0].token_ids) == _hf_greedy(hf, shared + [7, 8], 6)
+    assert list(second.outputs[0].token_ids) == _hf_greedy(hf, shared + [9], 6)
+
+
+def test_stop_strings_and_max_tokens(hf_and_llm):
+    hf, llm = hf_and_llm
+    prompt = _ids(20, 9)
+    want = _hf_greedy(hf, prompt, 8)
+    words = [f"w{t - 4}" for t in want]
+    stop_at = next(i for i in range(2, 8) if words[i] not in words[:i])
+    o = llm.generate([_prompt(prompt)], vllm.SamplingParams(max_tokens=8, temperature=0, ignore_eos=True,
+                                                             stop=[words[stop_at]]), use_tqdm=False)[0].outputs[0]
+    assert o.finish_reason == "stop" and o.stop_reason == words[stop_at]
+    assert o.text.split() == words[:stop_at]
+    o = llm.generate([_prompt(prompt)], vllm.SamplingParams(max_tokens=3, temperature=0, ignore_eos=True),
+                     use_tqdm=False)[0].outputs[0]
+    assert list(o.token_ids) == want[:3] and o.finish_reason == "length"
+
+
+def test_seeded_sampling_repeats_and_draws_within_top_k_and_top_p(hf_and_llm):
+    hf, llm = hf_and_llm
+    prompt = _ids(30, 7)
+    n, top_k, top_p, temp = 16, 8, 0.9, 1.5
+
+    def sample(seed, **kw):
+        params = vllm.SamplingParams(max_tokens=n, ignore_eos=True, seed=seed, **kw)
+        return list(llm.generate([_prompt(prompt)], params, use_tqdm=False)[0].outputs[0].token_ids)
+
+    a = sample(1, temperature=temp, top_k=top_k, top_p=top_p)
+    assert sample(1, temperature=temp, top_k=top_k, top_p=top_p) == a
+    assert sample(2, temperature=temp, top_k=top_k, top_p=top_p) != a
+    assert sample(5, temperature=1.0, top_k=1) == _hf_greedy(hf, prompt, n)
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + a])).logits[0, len(prompt) - 1:-1].double() / temp
+    for step, token in enumerate(a):
+        ranked = logits[step].argsort(descending=True)
+        rank = int((ranked == token).nonzero())
+        assert rank < top_k, f"step {step}: token of rank {rank}"
+        probs = logits[step][ranked[:top_k]].softmax(0)
+        assert float(probs[:rank].sum()) < top_p + 1e-6, f"step {step}: token outside the top-p nucleus"
+
+
+def test_vllm_cpu_kernels_refuse_tpu_tensors_with_a_python_error(hf_and_llm):
+    x = torch.randn(4, 16, device="tpu")
+    out = torch.empty(4, 8, device="tpu")
+    with pytest.raises(NotImplementedError, match=r"_C::silu_and_mul.*raw pointers"):
+        torch.ops._C.silu_and_mul(out, x)
+    # Guarded, not crashed: the device and the CPU kernel still work.
+    assert torch.equal((x + 1).cpu(), x.cpu() + 1)
+    cpu_out = torch.empty(4, 8)
+    torch.ops._C.silu_and_mul(cpu_out, x.cpu())
+    ref = torch.nn.functional.silu(x.cpu()[:, :8]) * x.cpu()[:, 8:]
+    torch.testing.assert_close(cpu_out, ref)
+
+
+def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
+    from torch_tpu import vllm as plugin
+
+    assert plugin.register() == plugin.PLATFORM
+    monkeypatch.setenv("TORCH_TPU_VLLM", "0")
+    assert plugin.register() is None
+
+
+def test_slot_mapping_matches_the_block_tables():
+    rng = random.Random(0)
+    max_reqs, width, max_tokens = 6, 5, 48
+    table = torch.tensor([[rng.randrange(1, 40) for _ in range(width)] for _ in range(max_reqs)], dtype=torch.int32)
+    qlens = [3, 1, 9, 1]
+    starts = [0]
+    for q in qlens:
+        starts.append(starts[-1] + q)
+    positions = []
+    for q in qlens:
+        past = rng.randrange(0, width * BLOCK - q)
+        positions += list(range(past, past + q))
+    n = starts[-1]
+    slots = torch.full((max_tokens,), 12345, dtype=torch.int64, device="tpu")
+    kernels.compute_slot_mapping(n, max_tokens, torch.tensor(starts, dtype=torch.int32, device="tpu"),
+                                 torch.tensor(positions, device="tpu"), table.to("tpu"), width, slots, BLOCK)
+    want = []
+    for r, q in enumerate(qlens):
+        for pos in positions[starts[r]:starts[r] + q]:
+            want.append(int(table[r, pos // BLOCK]) * BLOCK + pos % BLOCK)
+    assert slots.cpu().tolist() == want + [-1] * (max_tokens - n)
+
+
+class _Common:
+    """The fields of vLLM's CommonAttentionMetadata the backend reads."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize("dtype,window", [(torch.float32, None), (torch.float32, 7), (torch.bfloat16, None)])
+def test_paged_attention_matches_per_request_attention_on_cpu(dtype, window):
+    rng = random.Random(1)
+    heads, kv_heads, d, blocks = 4, 2, 16, 24
+    width = 4  # blocks per request in the block table
+    # A mixed step: a prefill chunk after cached tokens, two decodes, a fresh prefill.
+    qlens, past = [5, 1, 1, 7], [9, 30, 0, 0]
+    seq = [p + q for p, q in zip(past, qlens)]
+    r, n = len(qlens), sum(qlens)
+    ids = list(range(1, blocks))
+    rng.shuffle(ids)
+    table = torch.tensor([ids[i * width:(i + 1) * width] for i in range(r)], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(0)
+    # The cache in the backend's layout: [blocks, block tokens, kv heads, 2d], seen as [blocks, kv heads, tokens, 2d].
+    cache = torch.randn(blocks, BLOCK, kv_heads, 2 * d, generator=gen).to(dtype)
+    q = torch.randn(n, heads, d, generator=gen).to(dtype)
+    k = torch.randn(n, kv_heads, d, generator=gen).to(dtype)
+    v = torch.randn(n, kv_heads, d, generator=gen).to(dtype)
+    starts = [0]
+    for x in qlens:
+        starts.append(starts[-1] + x)
+    positions = [p for i in range(r) for p in range(past[i], seq[i])]
+    slots = torch.tensor([int(table[i, p // BLOCK]) * BLOCK + p % BLOCK
+                          for i in range(r) for p in range(past[i], seq[i])])
+
+    tcache = cache.to("tpu").transpose(1, 2)  # the backend's logical view
+    impl = tpu_attention.TpuAttentionImpl(heads, d, d ** -0.5, kv_heads, None, window, "auto")
+    impl.do_kv_cache_update(None, k.to("tpu"), v.to("tpu"), tcache, slots.to("tpu"))
+    common = _Common(num_actual_tokens=n, num_reqs=r, max_query_len=max(qlens), max_seq_len=max(seq),
+                     query_start_loc=torch.tensor(starts, dtype=torch.int32, device="tpu"),
+                     seq_lens=torch.tensor(seq, dtype=torch.int32, device="tpu"),
+                     block_table_tensor=table.to("tpu"), slot_mapping=slots.to("tpu"))
+    builder = tpu_attention.TpuAttentionMetadataBuilder.__new__(tpu_attention.TpuAttentionMetadataBuilder)
+    meta = builder.build(0, common)
+    assert meta.token_position.cpu().tolist() == positions
+    out = torch.zeros(n + 3, heads * d, dtype=dtype, device="tpu")  # rows past n: padding, left alone
+    impl.forward(None, q.to("tpu"), k.to("tpu"), v.to("tpu"), tcache, meta, out)
+
+    # Reference: the cache written in plain PyTorch, then attention per request.
+    ref_cache = cache.clone().reshape(blocks * BLOCK, kv_heads, 2 * d)
+    ref_cache[slots] = torch.cat([k, v], -1)
+    want = torch.zeros(n, heads, d, dtype=torch.float64)
+    for i in range(r):
+        rows = torch.cat([ref_cache[int(b) * BLOCK:(int(b) + 1) * BLOCK] for b in table[i]])[:seq[i]].double()
+        keys = rows[..., :d].repeat_interleave(heads // kv_heads, 1)
+        vals = rows[..., d:].repeat_interleave(heads // kv_heads, 1)
+        for j in range(qlens[i]):
+            t, pos = starts[i] + j, past[i] + j
+            lo = 0 if window is None else max(0, pos - window + 1)
+            s = torch.einsum("hd,shd->hs", q[t].double(), keys[lo:pos + 1]) * d ** -0.5
+            want[t] = torch.einsum("hs,shd->hd", s.softmax(-1), vals[lo:pos + 1])
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[:n].cpu().double(), want.reshape(n, heads * d), **tol)
+    assert not out[n:].cpu().any()
+    torch.testing.assert_close(tcache.transpose(1, 2).cpu().reshape(blocks * BLOCK, kv_heads, 2 * d), ref_cache)

@@ -1,0 +1,122 @@
+"""`vllm serve` on tpu: vLLM's OpenAI-compatible server, its engine core in
+a worker process of its own (spawned, as vLLM runs it), answering
+/v1/completions and /v1/chat/completions through the openai client, streamed
+and not; bad requests get vLLM's errors and the server keeps serving."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+openai = pytest.importorskip("openai")
+
+from test_vllm import _hf_greedy, _save_model  # noqa: E402
+
+START_TIMEOUT = 300
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("served"))
+    hf = _save_model(path)
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("log") / "serve.log", "w+")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", path, "--host", "127.0.0.1",
+           "--port", str(port), "--dtype", "float32", "--max-model-len", "128", "--enforce-eager",
+           "--kv-cache-memory-bytes", str(8 << 20), "--max-num-seqs", "4", "--served-model-name", "tiny"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120, max_retries=0)
+    deadline = time.monotonic() + START_TIMEOUT
+    try:
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read()[-6000:]}")
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                if time.monotonic() > deadline:
+                    log.seek(0)
+                    pytest.fail(f"vllm serve did not answer in {START_TIMEOUT} s:\n{log.read()[-6000:]}")
+                time.sleep(1)
+        yield hf, client, log
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _stop(proc):
+    """Ends the server and the engine process it started (one session)."""
+    for sig, wait in ((15, 60), (9, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _words(ids):
+    return [f"w{t - 4}" for t in ids]
+
+
+PROMPT = "w5 w17 w3 w99 w42"
+PROMPT_IDS = [9, 21, 7, 103, 46]
+
+
+def test_completions_streamed_and_not_give_hf_greedy_tokens(server):
+    hf, client, log = server
+    want = _words(_hf_greedy(hf, PROMPT_IDS, 8))
+    r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=8, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].text.split() == want and r.choices[0].finish_reason == "length"
+    assert r.usage.prompt_tokens == len(PROMPT_IDS) and r.usage.completion_tokens == 8
+    pieces = [c.choices[0].text for c in client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=8, temperature=0, stream=True, extra_body={"ignore_eos": True})]
+    assert "".join(pieces).split() == want and len(pieces) >= 8
+
+
+def test_chat_completions_streamed_and_not(server):
+    hf, client, log = server
+    messages = [{"role": "user", "content": PROMPT}]
+    # The model's chat template joins the messages' contents, a space after each.
+    want = _words(_hf_greedy(hf, PROMPT_IDS, 6))
+    r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0,
+                                       extra_body={"ignore_eos": True})
+    assert r.choices[0].message.content.split() == want
+    deltas = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=6, temperature=0, stream=True, extra_body={"ignore_eos": True})
+        if c.choices]
+    assert "".join(deltas).split() == want
+
+
+def test_bad_requests_get_vllms_errors_and_the_server_keeps_serving(server):
+    hf, client, log = server
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt=PROMPT, max_tokens=500)  # past max_model_len
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt=PROMPT, max_tokens=4, temperature=-1)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=4)
+    r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, temperature=0,
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].text.split() == _words(_hf_greedy(hf, PROMPT_IDS, 3))
+    log.seek(0)
+    text = log.read()
+    assert "backend=tpu" in text and "TPU_PAGED" in text  # the tpu platform's c10d backend and attention
+    assert "Traceback" not in text
