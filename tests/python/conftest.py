@@ -262,7 +262,8 @@ MODE_POLICY = {
     "test_serving.py":     (4, "none"),
     "test_vllm.py":        ("all", "none"),   # vLLM's engine on tpu: one engine, its ops run in the mode
     "test_vllm_families.py": ("none", "none"),  # an engine per family, in strict eager
-    "test_vllm_serve.py":  ("none", "none"),  # `vllm serve`: its engine process runs in strict eager       # the engine runs in a strict scope of its own (checked on a subset)
+    "test_vllm_serve.py":  ("none", "none"),
+    "test_vllm_tp.py":     ("none", "none"),  # two ranks' engine processes, in strict eager  # `vllm serve`: its engine process runs in strict eager       # the engine runs in a strict scope of its own (checked on a subset)
     "test_linalg.py":      (8, 8),            # one loop program per op
     "test_ops.py":         (3, 6),
     "test_nn.py":          (2, 4),

