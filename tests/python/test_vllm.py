@@ -49,19 +49,25 @@ def _save_model(path):
 def hf_and_llm(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("llama"))
     hf = _save_model(path)
+    llm = in_process_llm(path, enable_prefix_caching=True)
+    yield hf, llm
+    del llm
+
+
+def in_process_llm(path, **kw):
+    """A small vLLM engine for ``path``, its engine core in this process
+    (so that tests reach its worker), float32, a 64-token step budget."""
     old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        llm = vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN, enforce_eager=True,
-                       kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=BUDGET,
-                       enable_prefix_caching=True, seed=0)
+        return vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN, enforce_eager=True,
+                        kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=BUDGET, seed=0,
+                        **kw)
     finally:
         if old is None:
             os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
         else:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
-    yield hf, llm
-    del llm
 
 
 def _hf_greedy(hf, ids, n):

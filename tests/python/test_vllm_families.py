@@ -3,15 +3,13 @@ Mixtral-style mixture of experts (vLLM's router and fused-MoE layer, whose
 tpu versions are torch_tpu/vllm/layers.py). Greedy tokens against Hugging
 Face on CPU; one engine per family, in this process."""
 
-import os
-
 import pytest
 import torch
 
 vllm = pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 
-from test_vllm import _hf_greedy, _ids, _prompt, _save_model  # noqa: E402
+from test_vllm import _hf_greedy, _ids, _prompt, _save_model, in_process_llm  # noqa: E402
 
 from torch_tpu.vllm import layers  # noqa: E402
 
@@ -36,16 +34,7 @@ def hf_and_llm(request, tmp_path_factory):
             if p.dim() > 1:
                 p.normal_(0, 0.5)
     hf.save_pretrained(path)
-    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    try:
-        llm = vllm.LLM(model=path, dtype="float32", max_model_len=128, enforce_eager=True,
-                       kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=64, seed=0)
-    finally:
-        if old is None:
-            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
-        else:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
+    llm = in_process_llm(path)
     yield hf.eval(), llm
     del llm
 
