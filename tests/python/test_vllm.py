@@ -99,6 +99,22 @@ def test_vllm_selects_the_tpu_platform_and_runs_the_model_on_tpu(hf_and_llm):
     assert runner.kv_caches and all(kv.device.type == "tpu" for kv in runner.kv_caches)
 
 
+def test_steps_are_padded_to_token_and_request_buckets(hf_and_llm):
+    import numpy as np
+    from torch_tpu.vllm import worker as tpu_worker
+
+    _, llm = hf_and_llm
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    assert runner.token_buckets == [16, 32, BUDGET] and runner.request_buckets == [8]
+    assert tpu_worker.buckets(100, 8) == [8, 16, 32, 64, 100]
+    for tokens, reqs, want in ((1, 1, 16), (17, 3, 32), (47, 8, 64)):
+        mode, desc, *_ = runner._determine_batch_execution_and_padding(
+            num_tokens=tokens, num_reqs=reqs, num_scheduled_tokens_np=np.ones(reqs, dtype=np.int32),
+            max_num_scheduled_tokens=1)
+        # vLLM's full-graph mode: its attention metadata padded as well (no CUDA graph is captured).
+        assert (mode.name, desc.num_tokens, desc.num_reqs) == ("FULL", want, 8)
+
+
 def test_greedy_tokens_equal_hf_in_prefill_decode_and_mixed_chunked_batches(hf_and_llm):
     hf, llm = hf_and_llm
     # 5 + 70 + 20 prompt tokens against a 64-token step budget: the long

@@ -170,8 +170,14 @@ class TpuAttentionImpl(AttentionImpl):
             visible = visible & (s.unsqueeze(0) > pos - self.sliding_window)
         own = m.token_request.unsqueeze(1) == torch.arange(r, device=q.device).unsqueeze(0)
         allowed = own.unsqueeze(2) & visible.unsqueeze(1)  # [t, r, s]
-        scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+        # A finite floor, not -inf: a padding token sees nothing, and its row
+        # must stay finite (its keys and values are written to the null block).
+        scores = scores.masked_fill(~allowed[:, None, None], -1e30)
         p = scores.reshape(n, hk, g, r * width * block_size).softmax(-1).reshape(scores.shape).to(v.dtype)
+        # Values past a request's length were never written (or are another
+        # step's padding): zero them, so that a zero weight times them is zero.
+        written = s.unsqueeze(0) < m.seq_lens[:r].unsqueeze(1)
+        v = torch.where(written[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
         out = torch.einsum("tkgrs,rksd->tkgd", p, v)
         output[:n].copy_(out.reshape(n, self.num_heads * d).to(output.dtype).view(output[:n].shape))
         return output

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-import os
 
 import torch
 from vllm.config import set_current_vllm_config
+from vllm.config.compilation import CUDAGraphMode
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -40,14 +41,51 @@ def _cuda_names_on_tpu():
             setattr(torch.cuda, name, value)
 
 
+def buckets(limit: int, smallest: int) -> list[int]:
+    """Powers of two from ``smallest`` (at least 1), then ``limit``."""
+    out, b = [], max(1, smallest)
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return out + [limit]
+
+
+def bucket(n: int, sizes: list[int]) -> int:
+    """The smallest of ``sizes`` (ascending) that holds ``n``."""
+    for b in sizes:
+        if b >= n:
+            return b
+    return n
+
+
 class TpuModelRunner(GPUModelRunner):
     """vLLM's GPU model runner, on ``tpu``: its buffers, KV cache, sampler
-    and attention metadata live on the device; no CUDA graphs."""
+    and attention metadata live on the device; no CUDA graphs.
+
+    XLA programs have static shapes, so each step's token count is padded to
+    one of a few buckets (powers of two up to the step's token budget) and
+    its request count too (up to ``max_num_seqs``), as vLLM pads a batch to a
+    CUDA graph's size: vLLM then pads the attention metadata itself (its
+    "FULL" graph mode, which here captures nothing: the model is never
+    wrapped in a CUDA graph). The programs of a step are then the same for
+    every batch that falls in the same buckets, whatever its prompts."""
 
     def __init__(self, vllm_config, device: torch.device):
         with _cuda_names_on_tpu():
             super().__init__(vllm_config, device)
         self.use_cuda_graph = False
+        sched = vllm_config.scheduler_config
+        self.token_buckets = buckets(sched.max_num_batched_tokens, 16)
+        self.request_buckets = buckets(sched.max_num_seqs, 8)
+
+    def _determine_batch_execution_and_padding(self, num_tokens, num_reqs, *args, **kwargs):
+        mode, desc, ubatch, across_dp, stats = super()._determine_batch_execution_and_padding(
+            num_tokens, num_reqs, *args, **kwargs)
+        if not self.kv_caches:  # the profiling run, before the KV cache exists: no attention metadata
+            return mode, desc, ubatch, across_dp, stats
+        desc = dataclasses.replace(desc, num_tokens=bucket(desc.num_tokens, self.token_buckets),
+                                   num_reqs=bucket(num_reqs, self.request_buckets))
+        return CUDAGraphMode.FULL, desc, ubatch, across_dp, stats
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
