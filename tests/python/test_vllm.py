@@ -176,6 +176,25 @@ def test_seeded_sampling_repeats_and_draws_within_top_k_and_top_p(hf_and_llm):
         assert float(probs[:rank].sum()) < top_p + 1e-6, f"step {step}: token outside the top-p nucleus"
 
 
+def test_logprobs_and_parallel_samples(hf_and_llm):
+    hf, llm = hf_and_llm
+    prompt = _ids(40, 6)
+    o = llm.generate([_prompt(prompt)], vllm.SamplingParams(max_tokens=5, temperature=0, ignore_eos=True, logprobs=3,
+                                                             prompt_logprobs=2), use_tqdm=False)[0]
+    tokens = list(o.outputs[0].token_ids)
+    with torch.no_grad():
+        want = hf(torch.tensor([prompt + tokens])).logits[0].double().log_softmax(-1)
+    for step, (token, top) in enumerate(zip(tokens, o.outputs[0].logprobs)):
+        assert top[token].rank == 1
+        assert abs(top[token].logprob - float(want[len(prompt) - 1 + step, token])) < 1e-4
+        assert len(top) >= 3
+    for i, entry in enumerate(o.prompt_logprobs[1:], start=1):  # each prompt token given the ones before it
+        assert abs(entry[prompt[i]].logprob - float(want[i - 1, prompt[i]])) < 1e-4
+    outs = llm.generate([_prompt(prompt)], vllm.SamplingParams(max_tokens=4, temperature=1.5, n=3, seed=7,
+                                                                ignore_eos=True), use_tqdm=False)[0].outputs
+    assert len(outs) == 3 and len({tuple(c.token_ids) for c in outs}) > 1
+
+
 def test_vllm_cpu_kernels_refuse_tpu_tensors_with_a_python_error(hf_and_llm):
     x = torch.randn(4, 16, device="tpu")
     out = torch.empty(4, 8, device="tpu")
