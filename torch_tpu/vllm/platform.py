@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import TYPE_CHECKING
 
 import torch
+from vllm.logger import init_logger
 from vllm.platforms.interface import Platform, PlatformEnum
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-_log = logging.getLogger("torch_tpu.vllm")
+_log = init_logger(__name__)
 
 # The KV cache's block size when the user names none: a multiple of 16, as
 # vLLM's other platforms use; the attention backend takes any.
@@ -117,10 +117,13 @@ class TpuPlatform(Platform):
         compilation_config = vllm_config.compilation_config
         compilation_config.cudagraph_mode = CUDAGraphMode.NONE
         compilation_config.cudagraph_capture_sizes = []
-        # Compilation through vLLM's own passes is the next step (issue 46,
-        # item 3); until then the model runs in eager on tpu.
+        # vLLM's compilation (Dynamo, its graph splitting at attention, and
+        # PyTorch's AOT compile, whose artifact the tpu backend's graphs are
+        # not yet) does not run on tpu yet: the model runs in eager, each
+        # step padded to a bucket (worker.TpuModelRunner).
         if compilation_config.mode != CompilationMode.NONE:
-            _log.info("tpu: vLLM's compilation is turned off (runs in eager on tpu)")
+            _log.info("tpu: vLLM's compilation (mode %s) is turned off: it does not run with the tpu backend yet; "
+                      "the model runs in eager on tpu, its steps padded to buckets", compilation_config.mode.name)
             compilation_config.mode = CompilationMode.NONE
 
         assert vllm_config.device_config.device_type == "tpu"

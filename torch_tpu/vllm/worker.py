@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 
 import torch
 from vllm.config import set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
+from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -16,7 +16,7 @@ from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environmen
 from vllm.v1.worker.worker_base import CompilationTimes
 from vllm.v1.worker.workspace import init_workspace_manager
 
-_log = logging.getLogger("torch_tpu.vllm")
+_log = init_logger(__name__)
 
 
 @contextlib.contextmanager
