@@ -1,6 +1,7 @@
 """Shared fixtures: every test compares the tpu device against CPU PyTorch."""
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -201,6 +202,13 @@ def assert_trained_close(got, want, any_atol, most_rtol=1e-5, most_atol=1e-6, mo
     torch.testing.assert_close(got, want, rtol=0, atol=any_atol)
     off = (got - want).abs() > most_atol + most_rtol * want.abs()
     assert off.float().mean() <= 1 - most, f"{int(off.sum())} of {off.numel()} elements off, max {(got - want).abs().max()}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a test's server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_python(code, env=None, timeout=600):

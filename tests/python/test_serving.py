@@ -4,7 +4,6 @@ parameters that hold, continuous batching, and no compile after warm-up."""
 
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 import torch_tpu
+from conftest import free_port
 from torch_tpu import compiler, serving
 
 transformers = pytest.importorskip("transformers")
@@ -339,12 +339,6 @@ def test_pipelined_and_unpipelined_engines_give_the_same_tokens(cpu_model):
 # ---- the HTTP server ---------------------------------------------------------------------------
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("fastapi")
@@ -352,7 +346,7 @@ def server(tmp_path_factory):
     openai = pytest.importorskip("openai")
     path = tmp_path_factory.mktemp("model")
     _model().save_pretrained(path)
-    port = _free_port()
+    port = free_port()
     log = open(path / "server.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "torch_tpu.serve", "--model", str(path), "--served-model-name",
                              "tiny", "--port", str(port), "--max-slots", str(MAX_SLOTS), "--max-len", str(MAX_LEN)],

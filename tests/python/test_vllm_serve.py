@@ -4,7 +4,6 @@ a worker process of its own (spawned, as vLLM runs it), answering
 and not; bad requests get vLLM's errors and the server keeps serving."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,22 +14,17 @@ import torch
 vllm = pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
 
+from conftest import free_port  # noqa: E402
 from test_vllm import _hf_greedy, _save_model  # noqa: E402
 
 START_TIMEOUT = 300
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("served"))
     hf = _save_model(path)
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "w+")
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", path, "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "128", "--enforce-eager",

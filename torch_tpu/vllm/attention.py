@@ -31,6 +31,8 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.backends.registry import AttentionBackendEnum
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
+from . import kernels
+
 NAME = "TPU_PAGED"
 PATH = "torch_tpu.vllm.attention.TpuAttentionBackend"
 
@@ -87,21 +89,18 @@ class TpuAttentionMetadata:
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
-    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):  # (abstract in vLLM's base)
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-        self.block_size = kv_cache_spec.block_size
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TpuAttentionMetadata:
         m = common_attn_metadata
         n, r = m.num_actual_tokens, m.num_reqs
-        qsl = m.query_start_loc[: r + 1].to(torch.int64)
-        seq_lens = m.seq_lens[:r].to(torch.int64)
+        qsl = m.query_start_loc[: r + 1]
+        req = kernels.token_requests(qsl, n).clamp(max=max(r - 1, 0))
+        # A token's position: its request's length less the tokens after it.
         tok = torch.arange(n, device=qsl.device, dtype=torch.int64)
-        # A token's request: how many requests end at or before it.
-        req = (tok.unsqueeze(1) >= qsl[1:].unsqueeze(0)).sum(1).clamp(max=max(r - 1, 0))
-        # Its position: the request's length less the tokens after it.
-        pos = seq_lens[req] - (qsl[1:][req] - tok)
+        pos = m.seq_lens[:r].to(torch.int64)[req] - (qsl[1:].to(torch.int64)[req] - tok)
         return TpuAttentionMetadata(
             num_actual_tokens=n, num_reqs=r, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
             query_start_loc=m.query_start_loc, seq_lens=m.seq_lens, block_table=m.block_table_tensor[:r],

@@ -77,6 +77,16 @@ def import_and_guard() -> None:
     guard_cpu_kernels()
 
 
+def token_requests(query_start_loc: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """The request of each of a step's first ``num_tokens`` tokens (int64):
+    how many requests end at or before it (``query_start_loc`` splits the
+    flat token axis into requests; a token past the last request gets the
+    request count)."""
+    ends = query_start_loc[1:].to(torch.int64)
+    tok = torch.arange(num_tokens, device=query_start_loc.device, dtype=torch.int64)
+    return (tok.unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
+
+
 def compute_slot_mapping(
     num_tokens: int,
     max_num_tokens: int,
@@ -99,10 +109,7 @@ def compute_slot_mapping(
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("tpu: vLLM's context parallelism (decode context parallel) is not supported")
     if num_tokens:
-        starts = query_start_loc[1:].to(torch.int64)
-        tok = torch.arange(num_tokens, device=positions.device, dtype=torch.int64)
-        # The request of each token: how many requests end at or before it.
-        req = (tok.unsqueeze(1) >= starts.unsqueeze(0)).sum(1)
+        req = token_requests(query_start_loc, num_tokens)
         pos = positions[:num_tokens].to(torch.int64)
         flat = block_table.reshape(-1)
         block = flat[req * block_table_stride + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor")]

@@ -16,6 +16,8 @@ from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environmen
 from vllm.v1.worker.worker_base import CompilationTimes
 from vllm.v1.worker.workspace import init_workspace_manager
 
+from torch_tpu import compiler
+
 _log = init_logger(__name__)
 
 
@@ -50,14 +52,6 @@ def buckets(limit: int, smallest: int) -> list[int]:
     return out + [limit]
 
 
-def bucket(n: int, sizes: list[int]) -> int:
-    """The smallest of ``sizes`` (ascending) that holds ``n``."""
-    for b in sizes:
-        if b >= n:
-            return b
-    return n
-
-
 class TpuModelRunner(GPUModelRunner):
     """vLLM's GPU model runner, on ``tpu``: its buffers, KV cache, sampler
     and attention metadata live on the device; no CUDA graphs.
@@ -83,8 +77,8 @@ class TpuModelRunner(GPUModelRunner):
             num_tokens, num_reqs, *args, **kwargs)
         if not self.kv_caches:  # the profiling run, before the KV cache exists: no attention metadata
             return mode, desc, ubatch, across_dp, stats
-        desc = dataclasses.replace(desc, num_tokens=bucket(desc.num_tokens, self.token_buckets),
-                                   num_reqs=bucket(num_reqs, self.request_buckets))
+        desc = dataclasses.replace(desc, num_tokens=compiler.bucket(desc.num_tokens, self.token_buckets),
+                                   num_reqs=compiler.bucket(num_reqs, self.request_buckets))
         return CUDAGraphMode.FULL, desc, ubatch, across_dp, stats
 
     def _sync_device(self) -> None:
