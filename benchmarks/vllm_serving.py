@@ -10,9 +10,12 @@ requests. Contenders, each in a process of its own (vLLM picks its platform
 once per process), alternating within each round:
 
   - vLLM on tpu: ``vllm.LLM`` with the tpu platform (the engine in the
-    process, so that torch_tpu's compile counters are readable);
+    process, so that torch_tpu's compile counters are readable), as it
+    starts by default: the forward compiled by the tpu backend, a program
+    per token bucket;
+  - vLLM on tpu, eager (``enforce_eager=True``): the same steps op by op;
   - vLLM on CPU: the same vLLM install with ``TORCH_TPU_VLLM=0`` (its CPU
-    platform, its C++ attention kernels);
+    platform, its C++ attention kernels), eager;
   - HF ``generate()`` on CPU PyTorch: the concurrent requests as one batch,
     left padded.
 
@@ -63,7 +66,8 @@ def run_vllm(path, tokens, rounds_seed):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import vllm
 
-    llm = vllm.LLM(model=path, dtype="float32", max_model_len=256, enforce_eager=True,
+    llm = vllm.LLM(model=path, dtype="float32", max_model_len=256,
+                   enforce_eager=os.environ.get("BENCH_VLLM_EAGER") == "1",
                    kv_cache_memory_bytes=64 << 20, max_num_seqs=max(LEVELS), seed=0)
 
     def serve(ps, n):
@@ -119,7 +123,8 @@ def measure(serve, tokens, seed):
 
 CONTENDERS = {
     "vLLM tpu": ("vllm", {}),
-    "vLLM CPU": ("vllm", {"TORCH_TPU_VLLM": "0"}),
+    "vLLM tpu eager": ("vllm", {"BENCH_VLLM_EAGER": "1"}),
+    "vLLM CPU": ("vllm", {"TORCH_TPU_VLLM": "0", "BENCH_VLLM_EAGER": "1"}),
     "HF CPU": ("hf", {}),
 }
 
@@ -153,10 +158,10 @@ def main():
             got[name].append(json.loads(line[7:]))
             print(f"round {r + 1}: {name} done", file=sys.stderr)
     print(f"Llama 4x256, {args.tokens} output tokens per request, prompts of 16-96 tokens; medians of {args.rounds}")
-    print(f"{'':10}" + "".join(f"{f'tok/s @{c}':>12}{f'TTFT ms @{c}':>14}" for c in LEVELS) + f"{'compiles':>10}")
+    print(f"{'':16}" + "".join(f"{f'tok/s @{c}':>12}{f'TTFT ms @{c}':>14}" for c in LEVELS) + f"{'compiles':>10}")
     med = {}
     for name, runs in got.items():
-        row = f"{name:10}"
+        row = f"{name:16}"
         for c in LEVELS:
             key = str(c)
             tok = statistics.median(x[key]["tok_s"] for x in runs)
@@ -164,7 +169,7 @@ def main():
             med[(name, c)] = tok
             row += f"{tok:12.1f}{ttft:14.1f}"
         comp = [x["compiles"] for x in runs if x["compiles"] is not None]
-        row += f"{statistics.median(comp) if comp and name == 'vLLM tpu' else '-':>10}"
+        row += f"{statistics.median(comp) if comp and name.startswith('vLLM tpu') else '-':>10}"
         print(row)
     for c in LEVELS:
         print(f"vLLM tpu / vLLM CPU at {c} concurrent: {med[('vLLM tpu', c)] / med[('vLLM CPU', c)]:.2f}x; "

@@ -37,6 +37,9 @@ TORCH_TPU_PJRT_PLUGIN="$plugin" ctest --test-dir build-tests --output-on-failure
 
 # A persistent compile cache shared by the test processes.
 export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
+# vLLM's compile cache (its AOT artifacts of compiled forwards) beside it, not
+# in the user's home.
+export VLLM_CACHE_ROOT="$ROOT/build/vllm-cache"
 # Two pytest-xdist workers, a file to each at a time (module fixtures stay
 # whole; conftest.py hands out the longest files first): compiling programs
 # is most of a cold run and takes one core, so two workers use both.

@@ -704,10 +704,12 @@ class _Pinned:
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """The callable AOTAutograd runs for one ATen graph (boxed: a list of
     arguments)."""
-    from torch._functorch.aot_autograd import make_boxed_func
+    from ._graph_code import GraphCode
 
     _count("graphs")
-    return make_boxed_func(_Graph(_inline_dense_hops(gm, example_inputs)))
+    return GraphCode(_Graph(_inline_dense_hops(gm, example_inputs)))
+
+
 
 
 @functools.lru_cache(maxsize=1)
@@ -878,18 +880,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> C
     compiler = aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
                             inference_compiler=_compile_graph, decompositions=_decompositions(),
                             keep_inference_input_mutations=True)
-    compiled = compiler(gm, example_inputs)
+    from ._graph_code import CompiledFunction
 
-    @functools.wraps(compiled)
-    def run(*args):
-        # AOTAutograd's runtime wrapper writes mutated inputs back (an
-        # optimizer's parameters and state) after the graph: in the same
-        # scope, those copies join the graph's program instead of running as
-        # one program each.
-        with _execution_scope():
-            return compiled(*args)
-
-    return run
+    return CompiledFunction(compiler(gm, example_inputs))
 
 
 # ---- registration ----------------------------------------------------------------------

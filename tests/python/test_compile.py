@@ -683,3 +683,60 @@ def test_a_function_that_cannot_be_pinned_keeps_calling_dynamo(case):
             if case == "returns_a_view_of_its_input":  # the view the caller gets shares the input's storage
                 assert out.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr()
     assert pinned.refused and pinned.graph is None
+
+
+def test_aot_compile_saves_and_loads_the_compiled_function_for_inference_and_training(tmp_path):
+    """PyTorch's AOT compile (what vLLM uses by default): the backend's
+    artifact serializes (each ATen graph as an OutputCode) and loads in a
+    fresh process, where forward and backward replay their graphs and
+    compile no program that the first process compiled (the disk cache)."""
+    code = textwrap.dedent("""
+        import sys, torch, torch_tpu
+        from torch_tpu.testing.models import MLP
+
+        torch.manual_seed(0)
+        model = MLP(d_in=16, hidden=32, classes=5, depth=2).to("tpu")
+        x = torch.randn(8, 16).to("tpu")
+        # (The model is an argument: an artifact holds no module, as vLLM
+        # compiles a module's forward and passes the module.)
+        def step(m, x):
+            return m(x).square().mean()
+        def infer(m, x):
+            return torch.relu(m(x)) * 2
+
+        path = {path!r}
+        if {save}:
+            with torch._dynamo.config.patch(enable_aot_compile=True):
+                for name, fn in (("step", step), ("infer", infer)):
+                    c = torch.compile(fn, fullgraph=True, backend="tpu").aot_compile(((model, x), {{}}))
+                    c.save_compiled_function(f"{{path}}.{{name}}")
+        torch_tpu.compiler.reset_stats()
+        before = torch_tpu.cache_stats()
+        with open(f"{{path}}.step", "rb") as f:
+            step_c = torch.compiler.load_compiled_function(f, f_globals=globals())
+        with open(f"{{path}}.infer", "rb") as f:
+            infer_c = torch.compiler.load_compiled_function(f, f_globals=globals())
+        for _ in range(2):
+            model.zero_grad()
+            loss = step_c(model, x)
+            loss.backward()
+            got = [p.grad.cpu() for p in model.parameters()]
+            model.zero_grad()
+            step(model, x).backward()
+            want = [p.grad.cpu() for p in model.parameters()]
+            assert all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, want))
+            # (Under the grad mode it was compiled in: its guards check it.)
+            assert torch.allclose(infer_c(model, x).detach().cpu(), infer(model, x).detach().cpu(), atol=1e-6)
+        after = torch_tpu.cache_stats()
+        s = torch_tpu.compiler.stats()
+        print("STATS", s["replays"], s["op_runs"], after["misses"] - before["misses"])
+    """)
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path / "xla")}
+    first = run_python(code.format(path=str(tmp_path / "fn"), save=True), env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_python(code.format(path=str(tmp_path / "fn"), save=False), env=env, timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    replays, op_runs, misses = map(int, second.stdout.split("STATS")[1].split())
+    # Forward, backward and the inference graph, captured at their first call and replayed at the second.
+    assert replays >= 3 and op_runs == 0
+    assert misses == 0  # (the eager reference's programs included: the first process compiled them too)

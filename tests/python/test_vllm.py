@@ -60,7 +60,7 @@ def in_process_llm(path, **kw):
     old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        return vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN, enforce_eager=True,
+        return vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN,
                         kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=BUDGET, seed=0,
                         **kw)
     finally:
@@ -195,6 +195,52 @@ def test_logprobs_and_parallel_samples(hf_and_llm):
     assert len(outs) == 3 and len({tuple(c.token_ids) for c in outs}) > 1
 
 
+def test_the_forward_is_one_compiled_graph_captured_per_bucket_at_start_up(hf_and_llm):
+    import torch_tpu
+
+    hf, llm = hf_and_llm
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    cc = runner.vllm_config.compilation_config
+    assert (cc.mode.name, cc.backend) == ("DYNAMO_TRACE_ONCE", "tpu")
+    # Prompts of lengths no earlier test used: every step's forward replays
+    # a program the warm-up captured for its bucket; none is captured now.
+    before = torch_tpu.compiler.stats()
+    prompts = [_ids(40, 9), _ids(41, 23), _ids(42, 2)]
+    params = vllm.SamplingParams(max_tokens=5, temperature=0, ignore_eos=True)
+    outs = llm.generate([_prompt(p) for p in prompts], params, use_tqdm=False)
+    after = torch_tpu.compiler.stats()
+    assert after["captures"] == before["captures"] and after["op_runs"] == before["op_runs"]
+    assert after["replays"] - before["replays"] >= 5  # a replay per step at least
+    for p, o in zip(prompts, outs):
+        assert list(o.outputs[0].token_ids) == _hf_greedy(hf, p, 5)
+
+
+def test_the_compiled_forward_loads_from_its_aot_artifact_in_a_new_process(hf_and_llm):
+    """vLLM saves the compiled forward (PyTorch's AOT compile) and a second
+    start with the same model and configuration loads it: no Dynamo trace,
+    no compile of the model's graph (its programs from the executable
+    cache), the same tokens."""
+    hf, llm = hf_and_llm
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    root = runner.vllm_config.compilation_config.local_cache_dir.split(os.sep + "torch_compile_cache")[0]
+    p = _ids(43, 11)
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+            "import test_vllm as T, vllm, torch_tpu\n"
+            "from vllm.compilation.counter import compilation_counter as cc\n"
+            f"llm = T.in_process_llm({runner.vllm_config.model_config.model!r}, enable_prefix_caching=True)\n"
+            "o = llm.generate([T._prompt(%r)], vllm.SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),"
+            " use_tqdm=False)[0]\n"
+            "s = torch_tpu.compiler.stats()\n"
+            "print('RESULT', cc.num_aot_artifacts_loaded, cc.num_aot_compiles, s['graphs'], s['op_runs'],"
+            " *o.outputs[0].token_ids)\n" % (p,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400,
+                         env={**os.environ, "VLLM_CACHE_ROOT": root})
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded, compiles, graphs, op_runs, *tokens = map(int, out.stdout.split("RESULT")[1].split())
+    assert (loaded, compiles, graphs, op_runs) == (1, 0, 0, 0)
+    assert tokens == _hf_greedy(hf, p, 5)
+
+
 def test_vllm_cpu_kernels_refuse_tpu_tensors_with_a_python_error(hf_and_llm):
     x = torch.randn(4, 16, device="tpu")
     out = torch.empty(4, 8, device="tpu")
@@ -256,8 +302,9 @@ class _Common:
         self.__dict__.update(kw)
 
 
-@pytest.mark.parametrize("dtype,window", [(torch.float32, None), (torch.float32, 7), (torch.bfloat16, None)])
-def test_paged_attention_matches_per_request_attention_on_cpu(dtype, window):
+@pytest.mark.parametrize("dtype,window,with_positions", [(torch.float32, None, True), (torch.float32, 7, False),
+                                                         (torch.bfloat16, None, True)])
+def test_paged_attention_matches_per_request_attention_on_cpu(dtype, window, with_positions):
     rng = random.Random(1)
     heads, kv_heads, d, blocks = 4, 2, 16, 24
     width = 4  # blocks per request in the block table
@@ -281,18 +328,27 @@ def test_paged_attention_matches_per_request_attention_on_cpu(dtype, window):
     slots = torch.tensor([int(table[i, p // BLOCK]) * BLOCK + p % BLOCK
                           for i in range(r) for p in range(past[i], seq[i])])
 
+    # The step as vLLM pads it to its buckets: 3 padding tokens (slot -1, the
+    # null block 0) and a padding request with no tokens and a null block table.
+    pad = 3
+    qp = torch.cat([q, torch.randn(pad, heads, d, generator=gen).to(dtype)])
+    kp = torch.cat([k, torch.randn(pad, kv_heads, d, generator=gen).to(dtype)])
+    vp = torch.cat([v, torch.randn(pad, kv_heads, d, generator=gen).to(dtype)])
+    slots_p = torch.cat([slots, torch.full((pad,), -1)])
     tcache = cache.to("tpu").transpose(1, 2)  # the backend's logical view
     impl = tpu_attention.TpuAttentionImpl(heads, d, d ** -0.5, kv_heads, None, window, "auto")
-    impl.do_kv_cache_update(None, k.to("tpu"), v.to("tpu"), tcache, slots.to("tpu"))
-    common = _Common(num_actual_tokens=n, num_reqs=r, max_query_len=max(qlens), max_seq_len=max(seq),
-                     query_start_loc=torch.tensor(starts, dtype=torch.int32, device="tpu"),
-                     seq_lens=torch.tensor(seq, dtype=torch.int32, device="tpu"),
-                     block_table_tensor=table.to("tpu"), slot_mapping=slots.to("tpu"))
+    impl.do_kv_cache_update(None, kp.to("tpu"), vp.to("tpu"), tcache, slots_p.to("tpu"))
+    common = _Common(num_actual_tokens=n + pad, num_reqs=r + 1, max_query_len=max(qlens), max_seq_len=max(seq),
+                     query_start_loc=torch.tensor(starts + [n], dtype=torch.int32, device="tpu"),
+                     seq_lens=torch.tensor(seq + [0], dtype=torch.int32, device="tpu"),
+                     block_table_tensor=torch.cat([table, torch.zeros(1, width, dtype=torch.int32)]).to("tpu"),
+                     slot_mapping=slots_p.to("tpu"),
+                     positions=torch.tensor(positions + [0] * pad, device="tpu") if with_positions else None)
     builder = tpu_attention.TpuAttentionMetadataBuilder.__new__(tpu_attention.TpuAttentionMetadataBuilder)
     meta = builder.build(0, common)
-    assert meta.token_position.cpu().tolist() == positions
-    out = torch.zeros(n + 3, heads * d, dtype=dtype, device="tpu")  # rows past n: padding, left alone
-    impl.forward(None, q.to("tpu"), k.to("tpu"), v.to("tpu"), tcache, meta, out)
+    assert meta.token_position.cpu().tolist()[:n] == positions
+    out = torch.full((n + pad, heads * d), float("nan"), dtype=dtype, device="tpu")
+    impl.forward(None, qp.to("tpu"), kp.to("tpu"), vp.to("tpu"), tcache, meta, out)
 
     # Reference: the cache written in plain PyTorch, then attention per request.
     ref_cache = cache.clone().reshape(blocks * BLOCK, kv_heads, 2 * d)
@@ -309,5 +365,7 @@ def test_paged_attention_matches_per_request_attention_on_cpu(dtype, window):
             want[t] = torch.einsum("hs,shd->hd", s.softmax(-1), vals[lo:pos + 1])
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out[:n].cpu().double(), want.reshape(n, heads * d), **tol)
-    assert not out[n:].cpu().any()
-    torch.testing.assert_close(tcache.transpose(1, 2).cpu().reshape(blocks * BLOCK, kv_heads, 2 * d), ref_cache)
+    assert out[n:].cpu().isfinite().all()  # padding rows: finite, ignored
+    # Every block but the null block, where the padding went.
+    torch.testing.assert_close(tcache.transpose(1, 2).cpu().reshape(blocks * BLOCK, kv_heads, 2 * d)[BLOCK:],
+                               ref_cache[BLOCK:])

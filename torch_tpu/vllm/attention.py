@@ -95,17 +95,31 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> TpuAttentionMetadata:
         m = common_attn_metadata
+        # The step's token and request counts, padded to their buckets
+        # (worker.TpuModelRunner): padding requests have no tokens and
+        # padding tokens write to the null block.
         n, r = m.num_actual_tokens, m.num_reqs
         qsl = m.query_start_loc[: r + 1]
         req = kernels.token_requests(qsl, n).clamp(max=max(r - 1, 0))
-        # A token's position: its request's length less the tokens after it.
-        tok = torch.arange(n, device=qsl.device, dtype=torch.int64)
-        pos = m.seq_lens[:r].to(torch.int64)[req] - (qsl[1:].to(torch.int64)[req] - tok)
-        return TpuAttentionMetadata(
+        if m.positions is not None:
+            pos = m.positions[:n].to(torch.int64)
+        else:  # a token's position: its request's length less the tokens after it
+            tok = torch.arange(n, device=qsl.device, dtype=torch.int64)
+            pos = m.seq_lens[:r].to(torch.int64)[req] - (qsl[1:].to(torch.int64)[req] - tok)
+        meta = TpuAttentionMetadata(
             num_actual_tokens=n, num_reqs=r, max_query_len=m.max_query_len, max_seq_len=m.max_seq_len,
-            query_start_loc=m.query_start_loc, seq_lens=m.seq_lens, block_table=m.block_table_tensor[:r],
-            slot_mapping=m.slot_mapping, token_request=req, token_position=pos,
+            query_start_loc=qsl, seq_lens=m.seq_lens[:r], block_table=m.block_table_tensor[:r],
+            slot_mapping=m.slot_mapping[:n], token_request=req, token_position=pos,
         )
+        # The compiled forward (one Dynamo trace for every step) reads these
+        # through vLLM's forward context: their token and request dimensions
+        # are symbolic in it, as the model's inputs' token dimension is, so
+        # each bucket's program is the same graph at other sizes. (The
+        # forward reads no step-dependent Python number.)
+        for t in (meta.token_request, meta.token_position, meta.slot_mapping, meta.seq_lens, meta.block_table,
+                  meta.query_start_loc):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+        return meta
 
 
 class TpuAttentionImpl(AttentionImpl):
@@ -150,7 +164,8 @@ class TpuAttentionImpl(AttentionImpl):
         if attn_metadata is None:  # the profiling run
             return output.fill_(0)
         m = attn_metadata
-        n, d, hk = m.num_actual_tokens, self.head_size, self.num_kv_heads
+        # Sizes from the tensors only (see TpuAttentionMetadataBuilder.build).
+        n, d, hk = query.shape[0], self.head_size, self.num_kv_heads
         g = self.num_heads // hk
         blocks, _, block_size, _ = kv_cache.shape
         r, width = m.block_table.shape
@@ -158,7 +173,7 @@ class TpuAttentionImpl(AttentionImpl):
         kv = kv_cache.index_select(0, m.block_table.reshape(-1).to(torch.int64))
         kv = kv.view(r, width, hk, block_size, 2 * d).permute(0, 2, 1, 3, 4).reshape(r, hk, width * block_size, 2 * d)
         k, v = kv[..., :d], kv[..., d:]
-        q = query[:n].reshape(n, hk, g, d)
+        q = query.reshape(n, hk, g, d)
         scores = torch.einsum("tkgd,rksd->tkgrs", q.to(k.dtype), k).float() * self.scale
         if self.logits_soft_cap:
             scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
@@ -175,10 +190,10 @@ class TpuAttentionImpl(AttentionImpl):
         p = scores.reshape(n, hk, g, r * width * block_size).softmax(-1).reshape(scores.shape).to(v.dtype)
         # Values past a request's length were never written (or are another
         # step's padding): zero them, so that a zero weight times them is zero.
-        written = s.unsqueeze(0) < m.seq_lens[:r].unsqueeze(1)
+        written = s.unsqueeze(0) < m.seq_lens.unsqueeze(1)
         v = torch.where(written[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
         out = torch.einsum("tkgrs,rksd->tkgd", p, v)
-        output[:n].copy_(out.reshape(n, self.num_heads * d).to(output.dtype).view(output[:n].shape))
+        output.copy_(out.reshape(n, self.num_heads * d).to(output.dtype).view(output.shape))
         return output
 
 

@@ -93,6 +93,17 @@ class TpuPlatform(Platform):
         kernels.import_and_guard()
 
     @classmethod
+    def apply_config_platform_defaults(cls, vllm_config: "VllmConfig") -> None:
+        # Unless the user turns compilation off (enforce_eager, mode 0), the
+        # model's forward is one Dynamo trace compiled by the tpu backend:
+        # each step, padded to a token bucket (worker.TpuModelRunner),
+        # replays one program.
+        from vllm.config import CompilationMode
+
+        if vllm_config.compilation_config.mode is None:
+            vllm_config.compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
+
+    @classmethod
     def check_and_update_config(cls, vllm_config: "VllmConfig") -> None:
         from vllm.config import CompilationMode
         from vllm.config.compilation import CUDAGraphMode
@@ -117,13 +128,12 @@ class TpuPlatform(Platform):
         compilation_config = vllm_config.compilation_config
         compilation_config.cudagraph_mode = CUDAGraphMode.NONE
         compilation_config.cudagraph_capture_sizes = []
-        # vLLM's compilation (Dynamo, its graph splitting at attention, and
-        # PyTorch's AOT compile, whose artifact the tpu backend's graphs are
-        # not yet) does not run on tpu yet: the model runs in eager, each
-        # step padded to a bucket (worker.TpuModelRunner).
-        if compilation_config.mode != CompilationMode.NONE:
-            _log.info("tpu: vLLM's compilation (mode %s) is turned off: it does not run with the tpu backend yet; "
-                      "the model runs in eager on tpu, its steps padded to buckets", compilation_config.mode.name)
-            compilation_config.mode = CompilationMode.NONE
+        if compilation_config.mode == CompilationMode.VLLM_COMPILE:
+            _log.info("tpu: vLLM's piecewise Inductor compilation (mode VLLM_COMPILE) does not run on tpu; the "
+                      "model's forward is traced once by Dynamo instead (mode DYNAMO_TRACE_ONCE) and compiled by "
+                      "the tpu backend, one program per token bucket")
+            compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
+        if compilation_config.mode != CompilationMode.NONE and compilation_config.backend in ("", "inductor"):
+            compilation_config.backend = cls.simple_compile_backend
 
         assert vllm_config.device_config.device_type == "tpu"

@@ -43,6 +43,23 @@ def _cuda_names_on_tpu():
             setattr(torch.cuda, name, value)
 
 
+@contextlib.contextmanager
+def _uncompiled(model: torch.nn.Module):
+    """The model's compiled modules run their plain forward inside. vLLM's
+    compiled forward is one Dynamo trace that serves every later step: it
+    must be made by a step with attention metadata (the first bucket's
+    warm-up), not by the profiling run, which has none and whose attention
+    is skipped."""
+    compiled = [m for m in model.modules() if getattr(m, "do_not_compile", True) is False]
+    for m in compiled:
+        m.do_not_compile = True
+    try:
+        yield
+    finally:
+        for m in compiled:
+            m.do_not_compile = False
+
+
 def buckets(limit: int, smallest: int) -> list[int]:
     """Powers of two from ``smallest`` (at least 1), then ``limit``."""
     out, b = [], max(1, smallest)
@@ -61,8 +78,14 @@ class TpuModelRunner(GPUModelRunner):
     its request count too (up to ``max_num_seqs``), as vLLM pads a batch to a
     CUDA graph's size: vLLM then pads the attention metadata itself (its
     "FULL" graph mode, which here captures nothing: the model is never
-    wrapped in a CUDA graph). The programs of a step are then the same for
-    every batch that falls in the same buckets, whatever its prompts."""
+    wrapped in a CUDA graph).
+
+    The model's forward is vLLM's compiled one (platform.py): one Dynamo
+    trace, made by the first bucket's warm-up step, compiled by the tpu
+    backend with the token and request dimensions symbolic; each bucket's
+    program is captured at start-up (``warm_up``) and every later step
+    replays its bucket's. With ``enforce_eager`` the same padded steps run
+    op by op."""
 
     def __init__(self, vllm_config, device: torch.device):
         with _cuda_names_on_tpu():
@@ -80,6 +103,34 @@ class TpuModelRunner(GPUModelRunner):
         desc = dataclasses.replace(desc, num_tokens=compiler.bucket(desc.num_tokens, self.token_buckets),
                                    num_reqs=compiler.bucket(num_reqs, self.request_buckets))
         return CUDAGraphMode.FULL, desc, ubatch, across_dp, stats
+
+    def profile_run(self) -> None:
+        with _uncompiled(self.model):
+            super().profile_run()
+
+    def execute_model(self, *args, **kwargs):
+        # Steps come padded to the buckets: the compiled forward's dynamic
+        # token dimension meets those shapes only (no warning, no bound).
+        with compiler._bucketed_shapes():
+            return super().execute_model(*args, **kwargs)
+
+    def warm_up(self) -> None:
+        """Compiles, before the first request, the step programs of every
+        pair of token and request buckets (the compiled forward's, or in
+        eager its ops'); with the executable cache on disk, a later start
+        loads them instead."""
+        sched = self.scheduler_config
+        limit = sched.max_num_seqs
+        try:
+            with compiler._bucketed_shapes():
+                for reqs in reversed(self.request_buckets):
+                    # A dummy step has min(tokens, max_num_seqs) requests.
+                    sched.max_num_seqs = reqs
+                    for size in reversed(self.token_buckets):
+                        if size >= reqs:
+                            self._dummy_run(size, skip_eplb=True, remove_lora=False)
+        finally:
+            sched.max_num_seqs = limit
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
@@ -136,6 +187,7 @@ class TpuWorker(Worker):
         return available
 
     def compile_or_warm_up_model(self) -> CompilationTimes:
+        self.model_runner.warm_up()
         set_random_seed(self.model_config.seed)
         return CompilationTimes(language_model=self.compilation_config.compilation_time,
                                 encoder=getattr(self.compilation_config, "encoder_compilation_time", 0.0))
