@@ -449,12 +449,6 @@ class _Graph:
         self.shapes: set = set()
 
     def __call__(self, *args):
-        out = self._call(args)
-        if _recording.calls is not None:
-            _recording.calls.append((self, args, out))
-        return out
-
-    def _call(self, args):
         _count("calls")
         with _execution_scope():
             if self.plan is not None and _replay_enabled:
@@ -469,19 +463,6 @@ class _Graph:
             self._check_shapes(args)
             _count("op_runs")
             return self._run(args)
-
-    def replay(self, args):
-        """This call replayed, when its signature was captured before; else
-        None, having run nothing."""
-        if self.plan is None or not _replay_enabled:
-            return None
-        with _execution_scope():
-            entry = _ops._graph_lookup(self.handle, list(args))
-            if entry < 0:
-                return None
-            _count("calls")
-            _count("replays")
-            return self._replay(entry, args)
 
     def _check_shapes(self, args):
         """A graph with dynamic dimensions compiles a program per shape:
@@ -590,7 +571,6 @@ _replay_enabled = True
 
 
 class _Recording(threading.local):
-    calls: list | None = None  # the graphs this thread called, while a _Pinned learns
     bucketed: bool = False  # inside _bucketed_shapes
 
 
@@ -600,7 +580,7 @@ _recording = _Recording()
 class _bucketed_shapes:
     """Inside, graphs with dynamic dimensions are the caller's to bound: it
     calls them with a fixed set of bucket shapes, all compiled at its start
-    (the serving engine). Their shapes neither warn nor count against
+    (vLLM's model runner on tpu). Their shapes neither warn nor count against
     ``config.max_shapes``."""
 
     __slots__ = ("was",)
@@ -611,94 +591,6 @@ class _bucketed_shapes:
     def __exit__(self, *exc):
         _recording.bucketed = self.was
         return False
-
-
-def _same(a, b) -> bool:
-    """Whether two recorded graph arguments are the same: the same object, or
-    equal numbers (a dynamic dimension's size is bound as an int)."""
-    return a is b or (type(a) is type(b) and type(a) in (int, float, bool) and a == b)
-
-
-class _Pinned:
-    """A function compiled with ``backend="tpu"``, called without Dynamo once
-    its one graph is known: the ATen graph and its arguments are recorded
-    over two calls, and later calls put the new tensor arguments into that
-    list and call the graph directly (lookup, bind, launch). That skips
-    Dynamo's frame evaluation, its guards and AOTAutograd's runtime wrapper,
-    about 0.6 ms of host time per call of a serving engine's decode step.
-
-    The price is Dynamo's guards: a pinned function must depend only on its
-    tensor arguments' values and on objects that stay the same (a model
-    whose parameters are not replaced, a cache written in place). Calls
-    whose tensors differ in shape, stride, dtype or device from the pinned
-    ones, or whose other arguments differ, go through Dynamo; so do those
-    whose bound tensors (the caller's or the state's, a parameter given
-    other data of another shape) match no captured signature. Functions
-    that run more than one graph, return anything but tensors the graph
-    made, or whose graph reads a tensor argument through something other
-    than the tensor itself, are never pinned."""
-
-    __slots__ = ("fn", "first", "graph", "template", "slots", "layout", "others", "outs", "refused")
-
-    def __init__(self, fn: Callable):
-        self.fn = fn
-        self.first = None
-        self.graph = None
-        self.refused = False
-
-    @staticmethod
-    def _layout(args):
-        return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else None
-                     for a in args)
-
-    def __call__(self, *args):
-        if self.graph is not None and not torch.is_grad_enabled() and self._layout(args) == self.layout and \
-                [a for a in args if not isinstance(a, torch.Tensor)] == self.others:
-            bound = list(self.template)
-            for pos, i in self.slots:
-                bound[pos] = args[i]
-            out = self.graph.replay(bound)
-            if out is not None:
-                return out[self.outs] if isinstance(self.outs, int) else tuple(out[j] for j in self.outs)
-        if self.graph is not None or self.refused:
-            return self.fn(*args)
-        _recording.calls, calls = [], _recording.calls
-        try:
-            result = self.fn(*args)
-        finally:
-            calls, _recording.calls = _recording.calls, calls
-        self._learn(args, calls, result)
-        return result
-
-    def _learn(self, args, calls, result) -> None:
-        if len(calls) != 1 or torch.is_grad_enabled():
-            self.refused = True
-            return
-        graph, bound, out = calls[0]
-        given = {id(a): i for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
-        slots = tuple((pos, given[id(a)]) for pos, a in enumerate(bound) if id(a) in given)
-        ids = {id(o): j for j, o in enumerate(out) if isinstance(o, torch.Tensor)}
-        results = result if isinstance(result, tuple) else (result,)
-        if not all(isinstance(r, torch.Tensor) and id(r) in ids for r in results):
-            self.refused = True
-            return
-        outs = ids[id(result)] if not isinstance(result, tuple) else tuple(ids[id(r)] for r in results)
-        layout, others = self._layout(args), [a for a in args if not isinstance(a, torch.Tensor)]
-        if self.first is None:
-            self.first = (graph, list(bound), slots, outs, layout, others)
-            return
-        first, self.first = self.first, None
-        # Pinned only when the second call bound the same objects wherever
-        # the first did, except exactly where each passed its own arguments.
-        moving = {pos for pos, _ in slots}
-        if ((graph, slots, outs, layout, others) != (first[0],) + first[2:] or len(bound) != len(first[1])
-                or any(not _same(a, b) for pos, (a, b) in enumerate(zip(bound, first[1])) if pos not in moving)):
-            self.refused = True
-            return
-        self.graph, self.template, self.slots, self.outs = graph, list(bound), slots, outs
-        self.layout, self.others = layout, others
-        for pos, _ in slots:
-            self.template[pos] = None  # (holds no caller's tensor)
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:

@@ -267,11 +267,10 @@ MODE_POLICY = {
     "test_opinfo.py":      ("none", "none"),  # the sweep compiles a program per sample
     "test_fuzz.py":        ("none", "none"),  # its workers choose their modes
     "test_launcher.py":    ("none", "none"),  # strict eager's launcher: its tests choose strict
-    "test_serving.py":     (4, "none"),
     "test_vllm.py":        ("all", "none"),   # vLLM's engine on tpu: one engine, its ops run in the mode
     "test_vllm_families.py": ("none", "none"),  # an engine per family, in strict eager
-    "test_vllm_serve.py":  ("none", "none"),
-    "test_vllm_tp.py":     ("none", "none"),  # two ranks' engine processes, in strict eager  # `vllm serve`: its engine process runs in strict eager       # the engine runs in a strict scope of its own (checked on a subset)
+    "test_vllm_serve.py":  ("none", "none"),  # `vllm serve`: its engine process runs in strict eager
+    "test_vllm_tp.py":     ("none", "none"),  # two ranks' engine processes, in strict eager
     "test_linalg.py":      (8, 8),            # one loop program per op
     "test_ops.py":         (3, 6),
     "test_nn.py":          (2, 4),
@@ -299,8 +298,8 @@ def current_mode():
 # The files that take longest, collected first: tests/run.sh runs the suite
 # in two pytest-xdist workers, one file to a worker in collection order, and
 # the longest file started last would run alone at the end.
-LONGEST_FIRST = ("test_opinfo.py", "test_fuzz.py", "test_serving.py", "test_ecosystem.py", "test_torchtitan.py",
-                 "test_ray_train.py", "test_dlrm.py", "test_cache.py")
+LONGEST_FIRST = ("test_opinfo.py", "test_fuzz.py", "test_ecosystem.py", "test_torchtitan.py",
+                 "test_ray_train.py", "test_dlrm.py", "test_vllm_tp.py", "test_cache.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -213,11 +213,13 @@ def test_attention_over_a_growing_kv_cache_compiles_once_per_bucket():
 def _hf_models():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    from torch_tpu.serving import tiny_model_config
-
+    # A small Llama, random weights.
+    cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                   bos_token_id=256, eos_token_id=256, pad_token_id=256)
     torch.manual_seed(0)
-    cpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
-    tpu = transformers.AutoModelForCausalLM.from_config(tiny_model_config()).eval()
+    cpu = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    tpu = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     tpu.load_state_dict(cpu.state_dict())
     return cpu, tpu.to("tpu")
 

@@ -1,7 +1,9 @@
 """`vllm serve` on tpu: vLLM's OpenAI-compatible server, its engine core in
-a worker process of its own (spawned, as vLLM runs it), answering
-/v1/completions and /v1/chat/completions through the openai client, streamed
-and not; bad requests get vLLM's errors and the server keeps serving."""
+a worker process of its own (spawned, as vLLM runs it), the forward
+compiled, answering /v1/completions and /v1/chat/completions through the
+openai client, streamed and not; bad requests get vLLM's errors and the
+server keeps serving. Started as `python -m torch_tpu.serve` with the
+retired engine's options (an alias of `vllm serve`)."""
 
 import os
 import subprocess
@@ -26,9 +28,9 @@ def server(tmp_path_factory):
     hf = _save_model(path)
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "w+")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", path, "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--max-model-len", "128", "--enforce-eager",
-           "--kv-cache-memory-bytes", str(8 << 20), "--max-num-seqs", "4", "--served-model-name", "tiny"]
+    cmd = [sys.executable, "-m", "torch_tpu.serve", "--model", path, "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", "float32", "--max-len", "128", "--max-slots", "4", "--no-warmup",
+           "--kv-cache-memory-bytes", str(8 << 20), "--max-num-batched-tokens", "64", "--served-model-name", "tiny"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120, max_retries=0)
     deadline = time.monotonic() + START_TIMEOUT
@@ -114,3 +116,20 @@ def test_bad_requests_get_vllms_errors_and_the_server_keeps_serving(server):
     text = log.read()
     assert "backend=tpu" in text and "TPU_PAGED" in text  # the tpu platform's c10d backend and attention
     assert "Traceback" not in text
+
+
+def test_the_serve_command_maps_the_retired_engines_options_to_vllm_serve():
+    from torch_tpu.serve import vllm_args
+
+    assert vllm_args(["--model", "m", "--max-slots", "8", "--max-len=512", "--port", "9", "--no-warmup",
+                      "--device", "tpu:0", "--enforce-eager"]) == [
+        "serve", "m", "--max-num-seqs", "8", "--max-model-len", "512", "--port", "9", "--enforce-eager"]
+    with pytest.raises(SystemExit, match="--model PATH is required"):
+        vllm_args(["--port", "9"])
+    with pytest.raises(SystemExit, match="serves on tpu"):
+        vllm_args(["--model", "m", "--device", "cpu"])
+
+
+def test_the_retired_serving_module_says_where_its_engine_went():
+    with pytest.raises(ImportError, match="retired: serve with vLLM on tpu"):
+        import torch_tpu.serving  # noqa: F401

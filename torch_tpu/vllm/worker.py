@@ -104,6 +104,35 @@ class TpuModelRunner(GPUModelRunner):
                                    num_reqs=compiler.bucket(num_reqs, self.request_buckets))
         return CUDAGraphMode.FULL, desc, ubatch, across_dp, stats
 
+    def initialize_kv_cache_tensors(self, *args, **kwargs):
+        """vLLM's KV cache, each layer's in a storage of its own.
+
+        vLLM places every layer's cache in one backing allocation and hands
+        each layer a view at its offset. In the compiled forward the write
+        of a step's keys and values into such a view is functionalized as a
+        new value of the whole layer's slab, copied back into the shared
+        buffer: each step rewrote every layer's cache (30 ms a step for a
+        64 MB cache here). Into a storage of its own, the write is a scatter
+        in place, of the step's rows only. The views keep vLLM's shapes and
+        strides (worked out on the meta device, allocating nothing)."""
+        import vllm.v1.worker.gpu_model_runner as gmr
+
+        shared = gmr.allocate_kv_cache
+
+        def per_layer(kv_cache_config, device, *rest, **kw):
+            views = shared(kv_cache_config, torch.device("meta"), *rest, **kw)
+            own: dict[int, torch.Tensor] = {}
+            for v in views.values():
+                if id(v) not in own:
+                    own[id(v)] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device).zero_()
+            return {name: own[id(v)] for name, v in views.items()}
+
+        gmr.allocate_kv_cache = per_layer
+        try:
+            return super().initialize_kv_cache_tensors(*args, **kwargs)
+        finally:
+            gmr.allocate_kv_cache = shared
+
     def profile_run(self) -> None:
         with _uncompiled(self.model):
             super().profile_run()
@@ -114,23 +143,47 @@ class TpuModelRunner(GPUModelRunner):
         with compiler._bucketed_shapes():
             return super().execute_model(*args, **kwargs)
 
+    def attention_scratch_bytes(self, tokens: int, reqs: int) -> int:
+        """About the bytes the attention of a step with ``tokens`` tokens and
+        ``reqs`` requests holds at once: its float32 scores (each token
+        against every request's blocks, then masked; attention.py) and the
+        few temporaries of their softmax."""
+        heads = self.model_config.get_num_attention_heads(self.parallel_config)
+        block = self.cache_config.block_size
+        keys = -(-self.max_model_len // block) * block
+        return 4 * 4 * tokens * heads * reqs * keys
+
     def warm_up(self) -> None:
         """Compiles, before the first request, the step programs of every
         pair of token and request buckets (the compiled forward's, or in
         eager its ops'); with the executable cache on disk, a later start
-        loads them instead."""
+        loads them instead. Pairs whose attention would need more than a
+        quarter of the device's free memory are left to their first use
+        (named in a log line): warming them up could exhaust it."""
         sched = self.scheduler_config
         limit = sched.max_num_seqs
+        budget = torch.tpu.mem_get_info(self.device)[0] // 4
+        skipped = []
         try:
             with compiler._bucketed_shapes():
                 for reqs in reversed(self.request_buckets):
                     # A dummy step has min(tokens, max_num_seqs) requests.
                     sched.max_num_seqs = reqs
                     for size in reversed(self.token_buckets):
-                        if size >= reqs:
-                            self._dummy_run(size, skip_eplb=True, remove_lora=False)
+                        if size < reqs:
+                            continue
+                        if self.attention_scratch_bytes(size, reqs) > budget:
+                            skipped.append((size, reqs))
+                            continue
+                        self._dummy_run(size, skip_eplb=True, remove_lora=False)
         finally:
             sched.max_num_seqs = limit
+        if skipped:
+            _log.warning(
+                "tpu: %d step shapes (tokens, requests) were not warmed up: their attention would need more than "
+                "a quarter of the free device memory (%s); they compile at first use, and such a step may run out "
+                "of memory: lower max_num_batched_tokens or max_num_seqs", len(skipped),
+                ", ".join(f"{t}x{r}" for t, r in skipped))
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
