@@ -12,7 +12,6 @@ graph is compiled, not at ``import torch_tpu``."""
 
 from __future__ import annotations
 
-import torch
 from torch._dynamo.aot_compile_types import BundledAOTAutogradSerializableCallable, SerializableCallable
 from torch._inductor.output_code import OutputCode
 

@@ -602,8 +602,6 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return GraphCode(_Graph(_inline_dense_hops(gm, example_inputs)))
 
 
-
-
 @functools.lru_cache(maxsize=1)
 def _dense_hops() -> tuple:
     """Higher-order ops that Inductor lowers to kernels of its own and that

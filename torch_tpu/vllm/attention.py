@@ -122,6 +122,14 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         return meta
 
 
+def scratch_bytes(tokens: int, heads: int, reqs: int, keys: int) -> int:
+    """About the bytes ``TpuAttentionImpl.forward`` holds at once for a step
+    of ``tokens`` tokens and ``reqs`` requests of up to ``keys`` keys: its
+    float32 scores (each token against every request's blocks, then masked)
+    and the few temporaries of their softmax."""
+    return 4 * 4 * tokens * heads * reqs * keys
+
+
 class TpuAttentionImpl(AttentionImpl):
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
                  alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str,

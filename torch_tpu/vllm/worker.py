@@ -18,6 +18,8 @@ from vllm.v1.worker.workspace import init_workspace_manager
 
 from torch_tpu import compiler
 
+from . import attention
+
 _log = init_logger(__name__)
 
 
@@ -143,16 +145,6 @@ class TpuModelRunner(GPUModelRunner):
         with compiler._bucketed_shapes():
             return super().execute_model(*args, **kwargs)
 
-    def attention_scratch_bytes(self, tokens: int, reqs: int) -> int:
-        """About the bytes the attention of a step with ``tokens`` tokens and
-        ``reqs`` requests holds at once: its float32 scores (each token
-        against every request's blocks, then masked; attention.py) and the
-        few temporaries of their softmax."""
-        heads = self.model_config.get_num_attention_heads(self.parallel_config)
-        block = self.cache_config.block_size
-        keys = -(-self.max_model_len // block) * block
-        return 4 * 4 * tokens * heads * reqs * keys
-
     def warm_up(self) -> None:
         """Compiles, before the first request, the step programs of every
         pair of token and request buckets (the compiled forward's, or in
@@ -163,6 +155,9 @@ class TpuModelRunner(GPUModelRunner):
         sched = self.scheduler_config
         limit = sched.max_num_seqs
         budget = torch.tpu.mem_get_info(self.device)[0] // 4
+        heads = self.model_config.get_num_attention_heads(self.parallel_config)
+        block = self.cache_config.block_size
+        keys = -(-self.max_model_len // block) * block  # a request's blocks, in tokens
         skipped = []
         try:
             with compiler._bucketed_shapes():
@@ -172,7 +167,7 @@ class TpuModelRunner(GPUModelRunner):
                     for size in reversed(self.token_buckets):
                         if size < reqs:
                             continue
-                        if self.attention_scratch_bytes(size, reqs) > budget:
+                        if attention.scratch_bytes(size, heads, reqs, keys) > budget:
                             skipped.append((size, reqs))
                             continue
                         self._dummy_run(size, skip_eplb=True, remove_lora=False)
