@@ -811,9 +811,16 @@ void EagerProgram::assign(const at::Tensor& dst, Value value, ArgPosition pos) {
   s.flat = exec::write_strided(*b_, flat, value, dst.sizes().vec(), dst.strides().vec(), offset_of(dst, pos));
   s.flat_dtype = dt;
   s.written = true;
+  ++s.writes;
+  s.unchanged_unless_checked = false;
   const bool covers = dst.storage_offset() == 0 && dst.is_contiguous() &&
                       static_cast<size_t>(dst.numel()) * dst.element_size() == s.tpu->nbytes();
   s.full = covers ? value : Value{};
+}
+
+void EagerProgram::unchanged_unless_checked(const at::Tensor& dst) {
+  Slot& s = slot_for(dst);
+  s.unchanged_unless_checked = s.writes == 1 && s.received.valid();
 }
 
 int64_t EagerProgram::evaluate_int(Value v) {
@@ -859,8 +866,11 @@ std::shared_ptr<const ProgramPlan> EagerProgram::finish(const std::vector<Value>
   for (Slot& s : slots_) {
     if (!s.written) continue;
     Value out = stored_value(s);
+    // (A write gated by every check keeps the value by itself.)
     const bool guarded = all_ok.valid() && s.received.valid() && b_->type(out) == b_->type(s.received);
-    if (guarded) out = b_->select(b_->broadcast_to(all_ok, b_->dims(out)), out, s.received);
+    if (guarded && !s.unchanged_unless_checked) {
+      out = b_->select(b_->broadcast_to(all_ok, b_->dims(out)), out, s.received);
+    }
     if (s.param >= 0 && b_->type(out) == s.type) {
       plan->donations.emplace_back(s.param, static_cast<int>(plan->outputs.size()));
     }

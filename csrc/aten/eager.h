@@ -197,10 +197,16 @@ class EagerProgram {
 
   // A device-side check (see lowering::Args::check).
   void check(hlo::Value ok, const std::string& message) { checks_.emplace_back(ok, message); }
+  size_t check_count() const { return checks_.size(); }
 
   // Write `value` (dims = dst sizes, dtype = dst dtype) into the view `dst`
   // (found at `pos` of the arguments).
   void assign(const at::Tensor& dst, hlo::Value value, ArgPosition pos = {});
+  // Declares that `dst`'s storage, written once so far (by `assign`), holds
+  // what it received whenever any check of the program fails: its write
+  // was gated by all of them (lowering::skip_unless_checked). Its value then
+  // needs no guard, which would be a pass over the whole storage.
+  void unchanged_unless_checked(const at::Tensor& dst);
 
   // Run what was built so far and return the value of `v` (rank 0, integer).
   int64_t evaluate_int(hlo::Value v);
@@ -242,6 +248,8 @@ class EagerProgram {
     hlo::Value full;           // the storage value as received, or as last written densely
     hlo::Value received;       // the storage value as received (invalid: not a parameter)
     bool written = false;
+    int writes = 0;
+    bool unchanged_unless_checked = false;  // (see the method of that name)
     const Dynamic* dynamic = nullptr;  // a bucketed operand (dynamic_storage)
     hlo::Value full_dynamic;   // its full view, made on first read
   };

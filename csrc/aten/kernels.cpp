@@ -1056,6 +1056,13 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
         write_back(p, dsts[k].tensor, results[k], e.kind == VariantKind::Inplace, dsts[k].pos, e.functional,
                    e.kind == VariantKind::Inplace && writes_one_value(e.functional, args));
       }
+      // An in-place scatter whose indices every check gates (index_copy_,
+      // index_put_, scatter_, ...) leaves self as it was when one fails, by
+      // itself: no guard over all of self for the few rows it writes.
+      if (e.kind == VariantKind::Inplace && dsts.size() == 1 && ctx.gating_checks > 0 &&
+          ctx.gating_checks == p.check_count() && at::has_internal_overlap(dsts[0].tensor) != at::MemOverlap::Yes) {
+        p.unchanged_unless_checked(dsts[0].tensor);
+      }
     }
   }
   std::shared_ptr<const ProgramPlan> plan = p.finish(outputs);

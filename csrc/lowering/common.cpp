@@ -4,6 +4,7 @@
 #include <c10/core/ScalarTypeToTypeMeta.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace tpu::lowering {
 
@@ -118,6 +119,20 @@ void check_all(Context& c, Value ok, const std::string& message) {
   for (int64_t k = 0; k < b.rank(ok); ++k) all.push_back(k);
   if (!all.empty()) ok = b.reduce(ok, b.constant_bool(true), all, "stablehlo.and");
   c.args.check(ok, message + " (" + std::string(c.op) + ")");
+  c.checks.push_back(ok);
+}
+
+Value skip_unless_checked(Context& c, Value coords) {
+  Builder& b = c.b;
+  if (c.checks.empty() || b.type(coords).numel() == 0) return coords;
+  Value ok = c.checks.front();
+  for (size_t k = 1; k < c.checks.size(); ++k) ok = b.and_(ok, c.checks[k]);
+  c.gating_checks = c.checks.size();
+  if (b.dtype(coords) != DType::I32 && b.dtype(coords) != DType::I64) coords = b.convert(coords, DType::I64);
+  const Dims& d = b.dims(coords);
+  // Far past any dim, yet no overflow when XLA adds a window's extent.
+  Value nowhere = b.broadcast_in_dim(b.constant_int(std::numeric_limits<int32_t>::max(), b.dtype(coords)), d, {});
+  return b.select(b.broadcast_in_dim(ok, d, {}), coords, nowhere);
 }
 
 void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message) {

@@ -111,6 +111,10 @@ void check_all(Context& c, Value ok, const std::string& message);
 void check_index_range(Context& c, Value idx, int64_t size, bool allow_negative, const std::string& message);
 // The same against a run-time size (i64, rank 0).
 void check_index_range(Context& c, Value idx, Value size, bool allow_negative, const std::string& message);
+// Scatter coordinates (or indices) that address nothing when any of the
+// op's checks so far fails: XLA drops a scatter's out-of-range windows, so
+// the scatter then leaves self as it was (Context::gating_checks).
+Value skip_unless_checked(Context& c, Value coords);
 // Dim `dim`'s size of tensor argument i (i64, rank 0; a 0-dim tensor's is
 // 1): a constant, or read at run time where it varies (Args::varies).
 Value dim_size(Context& c, size_t i, int64_t dim);

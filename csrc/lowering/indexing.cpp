@@ -229,12 +229,13 @@ std::vector<Value> lower_index_put(Context& c) {
               " cannot be broadcast to indexing result of shape ", dims_string(ai.result));
   broadcast_shapes(b.dims(v), ai.result);
   Value updates = b.broadcast_to(v, ai.result);
+  const Value coords = skip_unless_checked(c, ai.coords);
   Builder::ScatterDims dn;
   dn.update_window_dims = window_positions(ai, self.dim());
   dn.inserted_window_dims = Dims(ai.dims.begin(), ai.dims.end());
   dn.scatter_dims_to_operand_dims = Dims(ai.dims.begin(), ai.dims.end());
   dn.index_vector_dim = static_cast<int64_t>(ai.batch.size());
-  return one(b.scatter(x, ai.coords, updates, dn, accumulate ? combiner("add", b.dtype(x)) : nullptr));
+  return one(b.scatter(x, coords, updates, dn, accumulate ? combiner("add", b.dtype(x)) : nullptr));
 }
 
 // ---- gather / scatter along a dim ----------------------------------------------------
@@ -290,7 +291,7 @@ DimScatter dim_scatter(Context& c) {
                     std::string(exec::kRuntimeErrorCheck) + "scatter(): index out of bounds for dimension " +
                         std::to_string(dim) + " with size " + c.args.size_text(0, dim));
   s.ishape = b.dims(idx);
-  s.coords = full_coordinates(b, idx, dim, b.rank(s.x));
+  s.coords = skip_unless_checked(c, full_coordinates(b, idx, dim, b.rank(s.x)));
   return s;
 }
 
@@ -477,7 +478,8 @@ IndexAlongDim index_along_dim(Context& c, const std::string& op) {
     policy.message = std::string(exec::kRuntimeErrorCheck) + "index_add(): " + out_of_bounds(dim, sizes[dim]);
   }
   policy.check = self.numel() > 0;  // (CPU writes nothing into an empty self, and checks nothing)
-  s.index = index_vector(c, 2, sizes[dim], policy);
+  // (every user scatters along it: a failed check leaves self as it was)
+  s.index = skip_unless_checked(c, index_vector(c, 2, sizes[dim], policy));
   s.dim = dim;
   s.space = sizes;
   s.space[dim] = b.dims(s.index)[0];
@@ -683,7 +685,7 @@ std::vector<Value> lower_put(Context& c) {
   if (k == 0) return one(x);
   Value flat = b.reshape(x, {n});
   check_index_range(c, c.args.tensor(1), n, true, "put(): index out of range for tensor of size " + std::to_string(n));
-  Value idx = wrap_index(b, b.reshape(c.args.tensor(1), {k}), n);
+  Value idx = skip_unless_checked(c, wrap_index(b, b.reshape(c.args.tensor(1), {k}), n));
   Value src = b.reshape(cast(b, c.args.tensor(2), self.dtype), {k});
   const bool acc = c.args.has(3) && c.args.bool_(3);
   Value r = scatter_points(b, flat, b.reshape(idx, {k, 1}), src, acc ? combiner("add", b.dtype(flat)) : nullptr);

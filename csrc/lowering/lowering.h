@@ -205,6 +205,12 @@ struct Context {
     if (!precision_read) precision_read = lookup_precision ? lookup_precision() : MatmulPrecision::Highest;
     return *precision_read;
   }
+  // The op's device-side checks made through check_all, in order.
+  std::vector<Value> checks;
+  // How many of `checks` gate the op's write (skip_unless_checked): when any
+  // of them fails, the result is self (argument 0) unchanged, so an in-place
+  // call needs no guard of its own over the whole of self (eager.h).
+  size_t gating_checks = 0;
 };
 
 using LoweringFn = std::vector<Value> (*)(Context&);
