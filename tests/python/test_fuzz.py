@@ -23,8 +23,10 @@ def test_op_table_is_broad():
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_seeded_run_finds_nothing(mode):
     lines = []
-    result = fuzz.fuzz(seed=0, programs=300, minutes=1.5, mode=mode, log=lines.append, progress=100)
-    assert result["programs"] >= 200
+    # A fixed count of programs (the time bound only guards against a hang):
+    # the same programs on any machine, loaded or not.
+    result = fuzz.fuzz(seed=0, programs=200, minutes=10, mode=mode, log=lines.append, progress=100)
+    assert result["programs"] == 200
     # A long run says how far it got as it goes.
     assert f"[fuzz] 200 programs in {mode} eager" in "\n".join(lines)
     assert not result["findings"], "\n\n".join(f["finding"] + "\n" + f["python"] for f in result["findings"])

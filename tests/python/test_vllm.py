@@ -215,6 +215,7 @@ def test_the_forward_is_one_compiled_graph_captured_per_bucket_at_start_up(hf_an
         assert list(o.outputs[0].token_ids) == _hf_greedy(hf, p, 5)
 
 
+@pytest.mark.strict_eager_only  # (loading the artifact does not depend on the mode)
 def test_the_compiled_forward_loads_from_its_aot_artifact_in_a_new_process(hf_and_llm):
     """vLLM saves the compiled forward (PyTorch's AOT compile) and a second
     start with the same model and configuration loads it: no Dynamo trace,
