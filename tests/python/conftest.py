@@ -272,6 +272,7 @@ MODE_POLICY = {
     "test_vllm_serve.py":  ("none", "none"),  # `vllm serve`: its engine process runs in strict eager
     "test_vllm_tp.py":     ("none", "none"),  # two ranks' engine processes, in strict eager
     "test_linalg.py":      (8, 8),            # one loop program per op
+    "test_hardening.py":   (2, 2),            # PyTorch's corner cases of each lowering
     "test_ops.py":         (3, 6),
     "test_nn.py":          (2, 4),
     "test_numerics.py":    (3, 6),
@@ -279,7 +280,7 @@ MODE_POLICY = {
     "test_ecosystem.py":   (4, "none"),
     "test_parity.py":      (2, 2),
     "test_attention.py":   (2, 4),
-    "test_quant.py":       (2, 4),
+    "test_quant.py":       (4, 4),
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
     "test_bucketed.py":    (2, 2),            # (HF generate with beams: strict eager only)
