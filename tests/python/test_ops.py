@@ -303,3 +303,24 @@ def test_advanced_indexing_takes_cpu_index_tensors():
     assert w.device.type == "tpu" and int((w == 0).sum(0).min()) >= 3
     with pytest.raises(RuntimeError, match="same device"):
         torch.index_select(t, 0, rows)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.uint8])
+@pytest.mark.parametrize("is_max", [True, False])
+def test_argmax_and_argmin_pick_the_first_extreme_as_cpu(dtype, is_max):
+    """The first index of the extreme along a dim or over all elements, with
+    ties (few distinct values), a NaN anywhere winning (floats), -0.0 beside
+    0.0, keepdim, a non-contiguous input, size-1 and odd-length dims."""
+    fn = torch.argmax if is_max else torch.argmin
+    g = torch.Generator().manual_seed(7)
+    for shape in [(8, 2048), (3, 5, 7), (1, 33), (6,)]:
+        x = torch.randint(0, 4, shape, generator=g).to(dtype)
+        if dtype.is_floating_point:
+            x[0].view(-1)[min(3, x[0].numel() - 1)] = float("nan")
+            x.view(-1)[-2:] = torch.tensor([-0.0, 0.0]).to(dtype)
+            x = x * (torch.rand(shape, generator=g) > 0.5).to(dtype)  # more ties at 0 (and -0)
+        t = x.to("tpu")
+        for args in [dict(), dict(dim=-1), dict(dim=0, keepdim=True)] + ([dict(dim=1)] if len(shape) > 2 else []):
+            assert torch.equal(fn(t, **args).cpu(), fn(x, **args)), (shape, args)
+        if len(shape) > 1:
+            assert torch.equal(fn(t.transpose(0, -1), dim=1).cpu(), fn(x.transpose(0, -1), dim=1))
