@@ -201,6 +201,13 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args);
 // work. False otherwise (the caller copies as usual).
 bool pad_upload(const at::Tensor& dst, const at::Tensor& host);
 
+// `host` (contiguous, of dst's sizes and dtype), or else the number `fill`,
+// written into `dst`, a contiguous run of a larger storage (a prefix or a
+// tail of a staging buffer): one program per storage size, dtype and
+// power-of-two window, not per length and offset (tensor_ops.cpp). False
+// otherwise (the caller writes as usual).
+bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scalar& fill);
+
 // arange.start_out(0, n, 1, out): torch.arange(n) into `out` (a new
 // contiguous tensor of n elements covering its storage): one iota program
 // per bucket. False otherwise (the op runs as usual).

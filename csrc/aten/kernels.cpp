@@ -299,6 +299,15 @@ void add_targets(std::vector<Target>& out, const std::vector<c10::IValue>& args,
   }
 }
 
+// fill_(self, number) or zero_(self) of a contiguous run of a larger
+// storage (a buffer's tail past a step's count): bucketed.h's write_window.
+bool fill_window(c10::ArrayRef<c10::IValue> args) {
+  if (args.empty() || args.size() > 2 || !args[0].isTensor() || (args.size() == 2 && !args[1].isScalar())) return false;
+  const at::Tensor& self = args[0].toTensor();
+  if (!self.defined() || self.device().type() != c10::DeviceType::PrivateUse1) return false;
+  return write_window(self, nullptr, args.size() == 2 ? args[1].toScalar() : c10::Scalar(0));
+}
+
 // Whether an in-place op writes one number wherever it writes (masked_fill_,
 // index_put_ of a single value without accumulate): into an expanded
 // tensor, every alias of a location then writes the same value, and CPU
@@ -974,7 +983,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   if (run_bucketed(e, op, args, device, stack)) return;
-  if ((e.grows_arange && grow_arange(args)) || (e.grows_fill && grow_fill(args))) {
+  if ((e.grows_arange && grow_arange(args)) || (e.grows_fill && (grow_fill(args) || fill_window(args)))) {
     return push_returns(stack, schema, e, args, {});
   }
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args, e.numbers);

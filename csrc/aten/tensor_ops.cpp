@@ -107,6 +107,73 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
   p.run();
 }
 
+// A host tensor of `dst`'s device, uploaded as is (no program).
+at::Tensor upload(const at::Tensor& host, int device) {
+  const auto& rt = exec::Runtime::get();
+  const Type type{to_hlo(host.scalar_type()), host.sizes().vec()};
+  pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims, rt.device(device));
+  return tensor_from_buffer(std::move(buf), type, host.sizes(), host.scalar_type(), device);
+}
+
+}  // namespace
+
+// A contiguous run of a larger storage written by one program per storage
+// size and power-of-two window, whatever the run's length and offset: the
+// program writes the window's [lo, hi) at `start` (run-time operands) and
+// keeps the rest. Staging buffers copied up a step's worth at a time (vLLM's
+// copy_to_gpu(n), a pinned batch buffer's prefix) and the fill of a
+// buffer's tail past a step's count would otherwise compile a program for
+// every length.
+bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scalar& fill) {
+  if (!bucketing_enabled() || dst.is_complex() || dst.is_conj() || dst.is_neg() || !dst.is_contiguous()) return false;
+  const int64_t n = dst.numel();
+  const int64_t whole_n = static_cast<int64_t>(dst.storage().nbytes()) / static_cast<int64_t>(dst.element_size());
+  if (n == 0 || n >= whole_n) return false;
+  int64_t window_n = 16;
+  while (window_n < n) window_n *= 2;
+  window_n = std::min(window_n, whole_n);
+  const int64_t offset = dst.storage_offset();
+  const int64_t start = std::min(offset, whole_n - window_n);
+  const int64_t lo = offset - start;
+  const int device = tpu_index(dst);
+  // The values, a window of their own (its length keys the plan): the host
+  // data at [lo, hi), or the fill's number throughout.
+  at::Tensor values = at::empty({window_n}, dst.options().device(at::kCPU));
+  if (host != nullptr) {
+    values.zero_().narrow(0, lo, n).copy_(host->reshape(-1));
+  } else {
+    values.fill_(fill);
+  }
+  at::Tensor range = at::empty({3}, at::kLong);
+  range[0] = start;
+  range[1] = lo;
+  range[2] = lo + n;
+  const c10::IValue operands[3] = {dst.as_strided({whole_n}, {1}, 0), upload(values, device), upload(range, device)};
+  static const char kWindow = 0;
+  const std::optional<OpSignature> sig = signature_for(&kWindow, 0, operands);
+  if (run_kept_plan(sig, operands, device)) return true;
+  EagerProgram p(device, sig ? &*sig : nullptr);
+  hlo::Builder& b = p.builder();
+  const at::Tensor& whole = operands[0].toTensor();
+  const Value flat = p.input(whole, {0, -1});
+  const Value bounds = p.input(operands[2].toTensor(), {2, -1});
+  auto bound = [&](int64_t k) { return b.reshape(b.slice(bounds, {k}, {k + 1}), {}); };
+  const Value at = bound(0);
+  const Value i = b.iota(Type{DType::I64, {window_n}}, 0);
+  const Value inside = b.and_(b.compare(hlo::Cmp::GE, i, b.broadcast_in_dim(bound(1), {window_n}, {})),
+                              b.compare(hlo::Cmp::LT, i, b.broadcast_in_dim(bound(2), {window_n}, {})));
+  const Value v = p.input(operands[1].toTensor(), {1, -1});
+  const Value kept = b.dynamic_slice(flat, {at}, {window_n});
+  const Value written = b.select(inside, v, kept);
+  p.assign(whole, b.dynamic_update_slice(flat, written, {at}), {0, -1});
+  std::shared_ptr<const ProgramPlan> plan = p.finish({});
+  if (sig && plan->replayable) keep_plan(*sig, operands, {}, plan);
+  p.run();
+  return true;
+}
+
+namespace {
+
 // A value holding exactly the elements of `t` (contiguous, its dtype; in
 // the value's own shape), computed if needed.
 TpuStorage::Value dense_value(const at::Tensor& t) {
@@ -339,7 +406,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     TORCH_CHECK(src.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
     await_host_copies_into(src);  // (a non-blocking read into src lands first, as on one stream)
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    if (pad_upload(dst, host)) return dst;
+    if (pad_upload(dst, host) || (!covers_storage(dst) && write_window(dst, &host, {}))) return dst;
     const auto& rt = exec::Runtime::get();
     const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
     pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,

@@ -588,3 +588,44 @@ def test_integer_pow_of_growing_tensors_with_large_exponents_equals_cpu(dtype):
         _same(torch.pow(t, e_t), torch.pow(c, e_c))
         _same(t ** 77, c ** 77)
         _same(torch.pow(3, e_t), torch.pow(3, e_c))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.bool])
+def test_staging_buffer_copies_and_fills_compile_once_per_window(dtype):
+    """A step's worth of host data copied into the front of a persistent
+    buffer (vLLM's copy_to_gpu(n), pinned batch buffers), into a run in its
+    middle or end, into the leading rows of a 2-d table, and the fill of
+    its tail past the step's count: CPU's values, and one program per
+    power-of-two window (and buffer size), not one per length or offset."""
+    g = torch.Generator().manual_seed(1)
+
+    def rand(*shape):
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=g).bool()
+        return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+    flat_c, table_c = rand(300), rand(24, 8)
+    flat, table = flat_c.to("tpu"), table_c.to("tpu")
+    counts = []
+    for step, n in enumerate([3, 17, 5, 200, 33, 9, 120, 64, 1, 250, 31, 77]):
+        before = _programs()
+        src = rand(n)
+        mid = (300 - n) // 3
+        for dst_c, dst in ((flat_c[:n], flat[:n]), (flat_c[-n:], flat[-n:]), (flat_c[mid:mid + n], flat[mid:mid + n])):
+            dst_c.copy_(src)
+            dst.copy_(src, non_blocking=step % 2 == 1)
+        flat_c[n:].fill_(step % 2)
+        flat[n:].fill_(step % 2)
+        rows = n % 20 + 1
+        block = rand(rows, 8)
+        table_c[:rows] = block
+        table[:rows] = block
+        table_c[rows:].zero_()
+        table[rows:].zero_()
+        counts.append(_programs() - before)
+        assert torch.equal(flat.cpu(), flat_c), n
+        assert torch.equal(table.cpu(), table_c), rows
+    # windows of 16 .. 256 elements (at most 300) for the flat buffer and of
+    # 16 .. 192 for the table: 6 + 5, built as they first appear, then none
+    assert sum(counts) <= 11, counts
+    assert counts[-3:] == [0, 0, 0], counts
