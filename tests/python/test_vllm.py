@@ -273,27 +273,43 @@ def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
     assert device == "cpu" and version.endswith("+cpu")
 
 
-def test_slot_mapping_matches_the_block_tables():
+def test_slot_mapping_matches_the_block_tables_and_compiles_once_per_bucket():
+    """As vLLM calls it: each step's query starts and positions are the
+    prefix of a persistent buffer whose tail holds other values (here
+    garbage, out of any range), steps of new token and request counts. The
+    slots equal the block tables', padding slots -1; a new count within its
+    power-of-two bucket builds no program."""
+    import torch_tpu
+
     rng = random.Random(0)
     max_reqs, width, max_tokens = 6, 5, 48
     table = torch.tensor([[rng.randrange(1, 40) for _ in range(width)] for _ in range(max_reqs)], dtype=torch.int32)
-    qlens = [3, 1, 9, 1]
-    starts = [0]
-    for q in qlens:
-        starts.append(starts[-1] + q)
-    positions = []
-    for q in qlens:
-        past = rng.randrange(0, width * BLOCK - q)
-        positions += list(range(past, past + q))
-    n = starts[-1]
+    qsl_buf = torch.full((max_reqs + 1,), 7, dtype=torch.int32, device="tpu")
+    pos_buf = torch.randint(-5, 10**6, (max_tokens,), device="tpu")
     slots = torch.full((max_tokens,), 12345, dtype=torch.int64, device="tpu")
-    kernels.compute_slot_mapping(n, max_tokens, torch.tensor(starts, dtype=torch.int32, device="tpu"),
-                                 torch.tensor(positions, device="tpu"), table.to("tpu"), width, slots, BLOCK)
-    want = []
-    for r, q in enumerate(qlens):
-        for pos in positions[starts[r]:starts[r] + q]:
-            want.append(int(table[r, pos // BLOCK]) * BLOCK + pos % BLOCK)
-    assert slots.cpu().tolist() == want + [-1] * (max_tokens - n)
+    built = []
+    for qlens in ([3, 1, 9, 1], [2, 2], [1, 1, 1, 1, 1], [4, 5, 2], [1], [3, 3, 3, 3, 3, 3]):
+        starts = [0]
+        for q in qlens:
+            starts.append(starts[-1] + q)
+        positions = []
+        for q in qlens:
+            past = rng.randrange(0, width * BLOCK - q)
+            positions += list(range(past, past + q))
+        n = starts[-1]
+        qsl_buf[:len(starts)] = torch.tensor(starts, dtype=torch.int32)
+        pos_buf[:n] = torch.tensor(positions)
+        before = torch_tpu.counters()["programs_built"]
+        kernels.compute_slot_mapping(n, max_tokens, qsl_buf[:len(starts)], pos_buf[:n], table.to("tpu"), width, slots,
+                                     BLOCK)
+        built.append(torch_tpu.counters()["programs_built"] - before)
+        want = []
+        for r, q in enumerate(qlens):
+            for pos in positions[starts[r]:starts[r] + q]:
+                want.append(int(table[r, pos // BLOCK]) * BLOCK + pos % BLOCK)
+        assert slots.cpu().tolist() == want + [-1] * (max_tokens - n), qlens
+    # 14, 4, 5, 11, 1 and 18 tokens: buckets of 16 (built at the first) and 32
+    assert built[1:5] == [0, 0, 0, 0], built
 
 
 class _Common:

@@ -87,6 +87,23 @@ def token_requests(query_start_loc: torch.Tensor, num_tokens: int) -> torch.Tens
     return (tok.unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
 
 
+def _bucket(n: int, limit: int) -> int:
+    """The power of two (at least 16) at or above ``n``, at most ``limit``."""
+    b = 16
+    while b < n:
+        b *= 2
+    return max(min(b, limit), n)
+
+
+def _widened(t: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` elements of the 1-d buffer view ``t`` starts (read
+    past its end, within its storage): vLLM hands out a step's prefix of a
+    persistent buffer, and a program over the prefix's own length would be
+    compiled for every length."""
+    room = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    return t.as_strided((min(n, room),), (1,), t.storage_offset())
+
+
 def compute_slot_mapping(
     num_tokens: int,
     max_num_tokens: int,
@@ -105,17 +122,33 @@ def compute_slot_mapping(
     """vLLM's slot mapping: for each scheduled token, the KV cache slot its
     key and value go to (``block_table[req, pos // block_size] * block_size
     + pos % block_size``), ``PAD_ID`` for the padding up to
-    ``max_num_tokens``; written into ``slot_mapping`` in place."""
+    ``max_num_tokens``; written into ``slot_mapping`` in place.
+
+    It runs over power-of-two buckets of the step's tokens and requests, the
+    counts themselves run-time operands, so a step of a new size compiles
+    nothing new within its buckets."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("tpu: vLLM's context parallelism (decode context parallel) is not supported")
+    done = 0
     if num_tokens:
-        req = token_requests(query_start_loc, num_tokens)
-        pos = positions[:num_tokens].to(torch.int64)
-        flat = block_table.reshape(-1)
-        block = flat[req * block_table_stride + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor")]
-        slot_mapping[:num_tokens].copy_(block.to(torch.int64) * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE)
-    if max_num_tokens > num_tokens:
-        slot_mapping[num_tokens:max_num_tokens].fill_(PAD_ID)
+        dev = positions.device
+        reqs = query_start_loc.shape[0] - 1
+        qsl = _widened(query_start_loc, _bucket(reqs, block_table.shape[0]) + 1)
+        pos = _widened(positions, _bucket(num_tokens, max_num_tokens)).to(torch.int64)
+        done = pos.shape[0]
+        counts = torch.tensor([num_tokens, reqs], device=dev)  # (an upload: no program)
+        ends = qsl[1:].to(torch.int64)
+        ends = torch.where(torch.arange(ends.shape[0], device=dev) < counts[1], ends, torch.iinfo(torch.int64).max)
+        tok = torch.arange(done, device=dev, dtype=torch.int64)
+        real = tok < counts[0]
+        req = (tok.unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
+        pos = torch.where(real, pos, 0)
+        at = torch.where(real, req * block_table_stride + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor"), 0)
+        block = block_table.reshape(-1)[at]
+        slots = torch.where(real, block.to(torch.int64) * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE, PAD_ID)
+        slot_mapping[:done].copy_(slots)
+    if max_num_tokens > done:
+        slot_mapping[done:max_num_tokens].fill_(PAD_ID)
 
 
 def register_overrides() -> None:
