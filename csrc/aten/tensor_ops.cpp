@@ -136,21 +136,27 @@ bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scal
   const int64_t start = std::min(offset, whole_n - window_n);
   const int64_t lo = offset - start;
   const int device = tpu_index(dst);
-  // The values, a window of their own (its length keys the plan): the host
-  // data at [lo, hi), or the fill's number throughout.
-  at::Tensor values = at::empty({window_n}, dst.options().device(at::kCPU));
+  // The values: the host data at [lo, hi) of a window of its own, or the
+  // fill's number (no host buffer of the run's size for it).
+  at::Tensor values;
   if (host != nullptr) {
-    values.zero_().narrow(0, lo, n).copy_(host->reshape(-1));
+    values = at::empty({window_n}, dst.options().device(at::kCPU));
+    values.narrow(0, 0, lo).zero_();
+    values.narrow(0, lo + n, window_n - lo - n).zero_();
+    values.narrow(0, lo, n).copy_(host->reshape(-1));
   } else {
-    values.fill_(fill);
+    values = at::empty({}, dst.options().device(at::kCPU)).fill_(fill);
   }
   at::Tensor range = at::empty({3}, at::kLong);
   range[0] = start;
   range[1] = lo;
   range[2] = lo + n;
   const c10::IValue operands[3] = {dst.as_strided({whole_n}, {1}, 0), upload(values, device), upload(range, device)};
-  static const char kWindow = 0;
-  const std::optional<OpSignature> sig = signature_for(&kWindow, 0, operands);
+  // A plan per window length (a fill's operands do not show it): one key each.
+  static const char kWindow[64] = {};
+  int log2 = 0;
+  while ((int64_t{1} << log2) < window_n) ++log2;
+  const std::optional<OpSignature> sig = signature_for(&kWindow[log2], 0, operands);
   if (run_kept_plan(sig, operands, device)) return true;
   EagerProgram p(device, sig ? &*sig : nullptr);
   hlo::Builder& b = p.builder();
@@ -164,7 +170,7 @@ bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scal
                               b.compare(hlo::Cmp::LT, i, b.broadcast_in_dim(bound(2), {window_n}, {})));
   const Value v = p.input(operands[1].toTensor(), {1, -1});
   const Value kept = b.dynamic_slice(flat, {at}, {window_n});
-  const Value written = b.select(inside, v, kept);
+  const Value written = b.select(inside, b.rank(v) == 0 ? b.broadcast_in_dim(v, {window_n}, {}) : v, kept);
   p.assign(whole, b.dynamic_update_slice(flat, written, {at}), {0, -1});
   std::shared_ptr<const ProgramPlan> plan = p.finish({});
   if (sig && plan->replayable) keep_plan(*sig, operands, {}, plan);
