@@ -413,15 +413,14 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     await_host_copies_into(src);  // (a non-blocking read into src lands first, as on one stream)
     at::Tensor host = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     if (pad_upload(dst, host) || (!covers_storage(dst) && write_window(dst, &host, {}))) return dst;
+    if (!covers_storage(dst)) {
+      copy_on_device(upload(host, tpu_index(dst)), dst);
+      return dst;
+    }
     const auto& rt = exec::Runtime::get();
     const Type type{to_hlo(dst.scalar_type()), dst.sizes().vec()};
-    pjrt::BufferPtr buf = rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims,
-                                                rt.device(tpu_index(dst)));
-    if (covers_storage(dst)) {
-      storage_of(dst).set_value(std::move(buf), type);
-    } else {
-      copy_on_device(tensor_from_buffer(std::move(buf), type, dst.sizes(), dst.scalar_type(), tpu_index(dst)), dst);
-    }
+    storage_of(dst).set_value(
+        rt.client().from_host(host.data_ptr(), exec::to_pjrt(type.dtype), type.dims, rt.device(tpu_index(dst))), type);
     return dst;
   }
   TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from ", src.device(), " to ", dst.device());
