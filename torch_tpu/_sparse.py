@@ -25,6 +25,8 @@ tpu autograd kernel sends sparse=True to PyTorch's composite sparse backward
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 _lib = None
@@ -91,28 +93,117 @@ def _set(out, result):
     return out.copy_(result)
 
 
+# ---------------------------------------------------------------- buckets
+#
+# The nnz of a sparse gradient changes with every batch (the ids a batch
+# holds, how many of them repeat), and a program per nnz would compile at
+# every training step. Where the indices and values of a COO tensor are held
+# padded (docs/bounded_dynamism.md: their storage holds a bucket of their
+# size, as uploaded token ids and embedding-bag results are), the kernels
+# below work on the buckets themselves, the entries past nnz masked, and
+# give padded results: one program per bucket, not per nnz.
+
+_tt = torch.ops.torch_tpu
+_LAST = torch.iinfo(torch.int64).max  # a padding entry's key: sorted after every real one
+
+
+@contextlib.contextmanager
+def _exact_new_tensors():
+    """The bucket-sized tensors made here are exact (the new-tensor rule
+    would pad them by their sizes, which change with the bucket)."""
+    was = _tt._exact_new_tensors(True)
+    try:
+        yield
+    finally:
+        _tt._exact_new_tensors(was)
+
+
+def _bucket(t, dim, pad_exact):
+    """``t`` as its bucket along ``dim``: a tensor of the bucket's size there
+    (t's elements first, then padding holding anything), its other sizes
+    t's. Where t's storage is padded along ``dim`` only, its padded value
+    (no program); else, with ``pad_exact``, t padded (a program per size);
+    else None."""
+    got = _tt._padded_value(t)
+    if got:
+        b = got[0]
+        same = all(b.shape[d] == t.shape[d] for d in range(t.dim()) if d != dim)
+        return b if same and b.shape[dim] != t.shape[dim] else None
+    if not pad_exact:
+        return None
+    extra = _tt._bucket_of(t.shape[dim]) - t.shape[dim]
+    return torch.constant_pad_nd(t, [0, 0] * (t.dim() - 1 - dim) + [0, extra], 0)
+
+
+def _buckets(sparse, pad_exact=False):
+    """(indices, values, nnz) of a COO tensor as buckets along nnz, where
+    bucketing is on, nnz is at least 2, sparse dims exist, values are not
+    empty, and at least one of the two is held padded (or ``pad_exact``);
+    else None."""
+    nnz = sparse._nnz()
+    indices, values = sparse._indices(), sparse._values()
+    if nnz < 2 or indices.shape[0] == 0 or values.numel() == 0 or not _tt._bucketing():
+        return None
+    bi, bv = _bucket(indices, 1, False), _bucket(values, 0, False)
+    if bi is None and bv is None and not pad_exact:
+        return None
+    bi = bi if bi is not None else _bucket(indices, 1, True)
+    bv = bv if bv is not None else _bucket(values, 0, True)
+    if bi is None or bv is None or bi.shape[1] != bv.shape[0]:
+        return None
+    return bi, bv, nnz
+
+
+def _valid(k, n, device):
+    """[k] bool: which of a bucket's k entries are real (the first n; n is
+    a run-time operand of the program, not part of its key)."""
+    return torch.arange(k, device=device) < n
+
+
+def _held(bucket, sizes, dim):
+    """The tensor of ``sizes`` whose first ``sizes[dim]`` entries along
+    ``dim`` are ``bucket``'s: held padded in its own bucket (narrowed, one
+    program per pair of buckets, where that is smaller than ``bucket``'s),
+    exact below 2."""
+    n = sizes[dim]
+    if n < 2:
+        return bucket.narrow(dim, 0, n).contiguous()
+    k = _tt._bucket_of(n)
+    if k != bucket.shape[dim]:
+        bucket = bucket.narrow(dim, 0, k).clone()
+    return _tt._as_padded(bucket, list(sizes))
+
+
 def _segments(keys):
-    """For sorted ``keys``: each element's segment number (equal keys share
-    one) and the number of segments (one host read, the data-dependent size)."""
+    """For sorted ``keys``: which elements start a run of equal keys, and
+    each element's run number."""
     n = keys.shape[0]
     new = torch.ones(n, dtype=torch.bool, device=keys.device)
     if n > 1:
         new[1:] = keys[1:] != keys[:-1]
-    seg = torch.cumsum(new.to(torch.int64), 0) - 1
-    return seg, int(seg[-1]) + 1
+    return new, torch.cumsum(new.to(torch.int64), 0) - 1
 
 
-def _sum_by_key(keys, indices, values, size, stable=True):
+def _sum_by_key(keys, indices, values, size, n=None):
     """Sorted unique keys with their columns of ``indices`` and the sums of
-    their ``values``: a coalesced COO tensor."""
-    sorted_keys, perm = torch.sort(keys, stable=stable)
-    seg, n = _segments(sorted_keys)
-    sd = indices.shape[0]
-    new_indices = torch.zeros((sd, n), dtype=indices.dtype, device=indices.device)
+    their ``values``: a coalesced COO tensor. With ``n``, the inputs are
+    buckets whose first n entries are real, and the result is held padded."""
+    k, sd = keys.shape[0], indices.shape[0]
+    if n is not None:
+        keys = torch.where(_valid(k, n, keys.device), keys, _LAST)
+    sorted_keys, perm = torch.sort(keys, stable=True)
+    new, seg = _segments(sorted_keys)
+    # The result's nnz: one host read, the data-dependent size. (Padding
+    # entries share the last run, after every real one.)
+    m = int(seg[-1]) + 1 if n is None else int((new & (sorted_keys != _LAST)).sum())
+    new_indices = torch.zeros((sd, m if n is None else k), dtype=indices.dtype, device=indices.device)
     if sd:
         new_indices.scatter_(1, seg.unsqueeze(0).expand(sd, -1), indices.index_select(1, perm))
-    new_values = values.new_zeros((n,) + tuple(values.shape[1:]))
+    new_values = values.new_zeros((new_indices.shape[1],) + tuple(values.shape[1:]))
     new_values.index_add_(0, seg, values.index_select(0, perm))
+    if n is not None:
+        new_indices = _held(new_indices, (sd, m), 1)
+        new_values = _held(new_values, (m,) + tuple(values.shape[1:]), 0)
     return _coo(new_indices, new_values, size, True)
 
 
@@ -125,11 +216,28 @@ def coalesce(self):
     if nnz < 2:
         return _coo(indices.clone(), values.clone(), self.shape, True)
     sd = self.sparse_dim()
-    return _sum_by_key(_flatten(indices, self.shape[:sd]), indices, values, self.shape)
+    got = _buckets(self, pad_exact=True)
+    if got is None:
+        return _sum_by_key(_flatten(indices, self.shape[:sd]), indices, values, self.shape)
+    bi, bv, n = got
+    with _exact_new_tensors():
+        return _sum_by_key(_flatten(bi, self.shape[:sd]), bi, bv, self.shape, n)
 
 
 def _scatter_dense(dense, sparse, alpha):
     """dense += alpha * sparse, in place (duplicates accumulate)."""
+    got = _buckets(sparse)
+    if got is not None:
+        bi, bv, n = got
+        with _exact_new_tensors():
+            valid = _valid(bi.shape[1], n, bi.device)
+            values = bv.to(dense.dtype)
+            if not _is_one(alpha):
+                values = values * alpha
+            # Padding entries add -0 to row 0: x + -0 is x for every x.
+            values = torch.where(valid.view((-1,) + (1,) * (values.dim() - 1)), values,
+                                 values.new_full((), -0.0))
+            return dense.index_put_(tuple(torch.where(valid, i, 0) for i in bi), values, accumulate=True)
     indices, values = sparse._indices(), sparse._values().to(dense.dtype)
     if sparse._nnz() == 0:
         return dense
@@ -354,6 +462,15 @@ def sparse_mask(self, mask):
         return mask.clone().to(self.device, self.dtype)
     dense = self.to_dense() if self.is_sparse else self
     sd = mask.sparse_dim()
+    bi = _bucket(mask._indices(), 1, False) if sd and mask._nnz() >= 2 else None
+    if bi is not None:  # (the mask's indices held padded: the values gathered at their bucket)
+        n = mask._nnz()
+        with _exact_new_tensors():
+            valid = _valid(bi.shape[1], n, bi.device)
+            values = dense[tuple(torch.where(valid, i, 0) for i in bi)]
+            return _coo(_held(bi, mask._indices().shape, 1),
+                        _held(values.contiguous(), (n,) + tuple(dense.shape[sd:]), 0), self.shape,
+                        mask.is_coalesced())
     values = dense[tuple(mask._indices())] if sd else dense.unsqueeze(0).expand_as(mask._values())
     return _coo(mask._indices().clone(), values.contiguous(), self.shape, mask.is_coalesced())
 

@@ -44,7 +44,8 @@ bool bucketing_enabled() {
 // The lowerings checked to run at bucket shapes: they concatenate,
 // broadcast, select, combine elementwise, reduce, contract (XLA masks
 // the padding of reductions and contractions) and gather (advanced
-// indexing wraps and checks its indices by run-time sizes); none slices an
+// indexing wraps and checks its indices by run-time sizes; an embedding
+// bag pools by scattering its gathered rows); none slices an
 // operand's dims, bakes a count into a constant, or scans.
 bool bucketable_op(const std::string& functional) {
   static const std::unordered_set<std::string> ops = {
@@ -65,7 +66,8 @@ bool bucketable_op(const std::string& functional) {
       "aten::index_select", "aten::addmm", "aten::mean.dim", "aten::mean", "aten::pow.Tensor_Scalar",
       "aten::pow.Tensor_Tensor", "aten::cos", "aten::sin", "aten::silu", "aten::gelu", "aten::relu", "aten::tril",
       "aten::triu", "aten::cumsum", "aten::native_layer_norm", "aten::argmax", "aten::argmin", "aten::max.dim",
-      "aten::min.dim", "aten::amax", "aten::amin", "aten::max", "aten::min"};
+      "aten::min.dim", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::_embedding_bag",
+      "aten::_embedding_bag_forward_only"};
   return ops.count(functional) != 0;
 }
 
@@ -455,6 +457,51 @@ at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vec
   if (bounds == sizes.vec()) return r.view(sizes);
   return padded_tensor(make_padded(storage_of(r).raw_value(), sizes.vec(), std::move(bounds)), r.scalar_type(),
                        device);
+}
+
+std::optional<at::Tensor> padded_value_of(const at::Tensor& t) {
+  if (!bucketing_enabled() || !t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return std::nullopt;
+  std::shared_ptr<const TpuStorage::Padded> p = storage_of(t).padded();
+  if (!p || t.storage_offset() != 0 || !t.is_contiguous() || to_hlo(t.scalar_type()) != p->type.dtype ||
+      t.is_conj() || t.is_neg()) {
+    return std::nullopt;
+  }
+  // t's sizes are the storage tensor's, up to dims of size 1 (a flat
+  // index list read as [1, n]); its bounds are theirs in t's shape.
+  std::vector<int64_t> bounds;
+  size_t j = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    while (j < p->sizes.size() && p->sizes[j] == 1 && p->bounds[j] == 1 && t.size(d) != 1) ++j;
+    if (j < p->sizes.size() && p->sizes[j] == t.size(d)) {
+      bounds.push_back(p->bounds[j++]);
+    } else if (t.size(d) == 1) {
+      bounds.push_back(1);
+    } else {
+      return std::nullopt;
+    }
+  }
+  while (j < p->sizes.size() && p->sizes[j] == 1 && p->bounds[j] == 1) ++j;
+  if (j != p->sizes.size()) return std::nullopt;
+  const int device = t.device().has_index() ? t.device().index() : 0;
+  return p->deferred ? tensor_from_deferred(p->deferred, bounds, t.scalar_type(), device, {}, p->checks)
+                     : tensor_from_buffer(p->buffer, p->type, bounds, t.scalar_type(), device, {}, p->checks);
+}
+
+at::Tensor as_padded(const at::Tensor& bucket, c10::IntArrayRef sizes) {
+  TORCH_CHECK(bucket.defined() && bucket.device().type() == c10::DeviceType::PrivateUse1 &&
+                  bucket.storage_offset() == 0 && bucket.is_contiguous() && !bucket.is_conj() && !bucket.is_neg() &&
+                  static_cast<size_t>(bucket.numel()) * bucket.element_size() == bucket.storage().nbytes(),
+              "torch_tpu._as_padded: the bucket must be a contiguous tpu tensor covering its storage");
+  TORCH_CHECK(static_cast<int64_t>(sizes.size()) == bucket.dim(), "torch_tpu._as_padded: sizes ", sizes,
+              " and the bucket ", bucket.sizes(), " differ in rank");
+  std::vector<int64_t> bounds = bucket.sizes().vec();
+  for (size_t d = 0; d < bounds.size(); ++d) {
+    TORCH_CHECK(sizes[d] == bounds[d] || (sizes[d] >= 2 && bucket_of(sizes[d]) == bounds[d]),
+                "torch_tpu._as_padded: dim ", d, " of size ", sizes[d], " cannot be held in a bucket of ", bounds[d],
+                " (its bucket is ", bucket_of(sizes[d]), ")");
+  }
+  const int device = bucket.device().has_index() ? bucket.device().index() : 0;
+  return bucketed_result(bucket, sizes, std::move(bounds), device);
 }
 
 bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {

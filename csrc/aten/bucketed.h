@@ -149,6 +149,20 @@ hlo::Value padded_exit(hlo::Builder& b, hlo::Value v, const std::vector<int64_t>
 // padded where `bounds` differ from them, else exact.
 at::Tensor bucketed_result(const at::Tensor& r, c10::IntArrayRef sizes, std::vector<int64_t> bounds, int device);
 
+// For kernels written against buckets (the sparse kernels in Python): the
+// padded value of `t`'s storage as a tensor of its bounds (its elements
+// first along every dim, then padding holding anything), sharing the
+// device value (no program runs), when bucketing is on and `t` is all of a
+// padded storage, contiguous, at the storage's sizes (up to dims of size 1)
+// and dtype. nullopt otherwise.
+std::optional<at::Tensor> padded_value_of(const at::Tensor& t);
+
+// The converse: a tensor of `sizes` whose storage holds `bucket` (all of
+// its storage, contiguous) as its padded value, sharing the device value.
+// Each dim of `sizes` equals `bucket`'s, or is at least 2 with `bucket`
+// holding its bucket (bucket_of) there. Throws otherwise.
+at::Tensor as_padded(const at::Tensor& bucket, c10::IntArrayRef sizes);
+
 // dst <- src (same sizes) in a bucketed program, when src is on a padded
 // storage and dst covers its own storage; false otherwise.
 bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst);

@@ -187,6 +187,13 @@ std::string current_scoped_precision() {
 }
 
 bool exact_new_tensors(bool on) { return set_exact_new_tensors(on); }
+std::vector<at::Tensor> padded_value(const at::Tensor& t) {
+  std::optional<at::Tensor> v = padded_value_of(t);
+  return v ? std::vector<at::Tensor>{*v} : std::vector<at::Tensor>{};
+}
+at::Tensor as_padded_tensor(const at::Tensor& bucket, std::vector<int64_t> sizes) { return as_padded(bucket, sizes); }
+bool bucketing_on() { return bucketing_enabled(); }
+int64_t bucket_size(int64_t n) { return bucket_of(n); }
 void reset_accumulated_memory_stats(int64_t device) { reset_accumulated_memory(static_cast<int>(device)); }
 std::vector<int64_t> mem_get_info(int64_t device) {
   DeviceMemory d = device_memory(static_cast<int>(device));
@@ -334,6 +341,10 @@ TORCH_LIBRARY(torch_tpu, m) {
   m.def("_exit_precision() -> ()", &exit_precision);
   m.def("_scoped_precision() -> str", &current_scoped_precision);
   m.def("_exact_new_tensors(bool on) -> bool", &exact_new_tensors);
+  m.def("_padded_value(Tensor t) -> Tensor[]", &padded_value);
+  m.def("_as_padded(Tensor bucket, int[] sizes) -> Tensor", &as_padded_tensor);
+  m.def("_bucketing() -> bool", &bucketing_on);
+  m.def("_bucket_of(int n) -> int", &bucket_size);
   m.def("manual_seed(int device, int seed) -> ()", &manual_seed);
   m.def("initial_seed(int device) -> int", &initial_seed);
   m.def("seed(int device) -> int", &seed);

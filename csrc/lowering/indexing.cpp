@@ -756,6 +756,10 @@ std::vector<Value> lower_embedding_bag(Context& c) {
   TORCH_CHECK(ii.dim() == 1, "embedding_bag: input has to be a 1D or 2D Tensor, but got Tensor of dimension ", ii.dim());
   TORCH_CHECK(oi.dim() == 1, "embedding_bag: offsets has to be a 1D Tensor, but got Tensor of dimension ", oi.dim());
   TORCH_CHECK(mode >= 0 && mode <= 2, "embedding_bag: mode has to be sum, mean or max");
+  // At bucket shapes (a padded input), XLA masks the padding's gathers and
+  // scatter updates; max mode's winner positions are read back from a
+  // concatenation past the input's end, which would move with its size.
+  if (mode == kBagMax && c.args.varies(1, 0)) unsupported(c, "mode='max' over a padded input");
   const int64_t k = ii.numel(), rows = w.sizes[0], dim = w.sizes[1];
   const int64_t num_bags = last ? oi.numel() - 1 : oi.numel();
   TORCH_CHECK(num_bags >= 0, "include_last_offset: numBags should be at least 1");
@@ -764,9 +768,16 @@ std::vector<Value> lower_embedding_bag(Context& c) {
   const DType it = to_hlo(ii.dtype);
   Value idx = i64(b, c.args.tensor(1));
   Value bag = bag_of(b, c.args.tensor(2), k, num_bags);
+  // A padded input's padding (past its run-time size) holds anything: it is
+  // in no bag, and no index to check.
+  Value valid = b.full(1, DType::Pred, {k});
+  if (c.args.varies(1, 0)) {
+    valid = b.compare(Cmp::LT, b.iota(Type{DType::I64, {k}}, 0), b.broadcast_in_dim(dim_size(c, 1, 0), {k}, {}));
+    idx = b.select(valid, idx, b.zeros(Type{DType::I64, {k}}));
+  }
   if (k > 0) check_index_range(c, idx, rows, false, "embedding_bag: index out of range in self");
-  Value keep = padding_idx >= 0 ? b.compare(Cmp::NE, idx, b.full_int(padding_idx, DType::I64, {k}))
-                                : b.full(1, DType::Pred, {k});
+  Value keep = padding_idx >= 0 ? b.and_(valid, b.compare(Cmp::NE, idx, b.full_int(padding_idx, DType::I64, {k})))
+                                : valid;
   // Indices past the last bag (include_last_offset) belong to no bag.
   keep = b.and_(keep, b.compare(Cmp::LT, bag, b.full_int(std::max<int64_t>(num_bags, 1), DType::I64, {k})));
   if (num_bags == 0) keep = b.full(0, DType::Pred, {k});
@@ -815,7 +826,8 @@ std::vector<Value> lower_embedding_bag(Context& c) {
     Value empty = b.broadcast_in_dim(b.compare(Cmp::EQ, count, b.zeros(Type{DType::I64, {nb}})), {nb, dim}, {0});
     out = b.select(empty, b.zeros(Type{ct, {nb, dim}}), out);
   } else {
-    out = b.scatter(b.zeros(Type{ct, {nb, dim}}), slots, b.select(keep_kd, rows_k, b.zeros(Type{ct, {k, dim}})), sd,
+    // (what is in no bag adds -0: x + -0 is x for every x, -0 included)
+    out = b.scatter(b.zeros(Type{ct, {nb, dim}}), slots, b.select(keep_kd, rows_k, b.full(-0.0, ct, {k, dim})), sd,
                     combiner("add", ct));
     if (mode == kBagMean) {
       Value n = b.convert(b.max(count, b.full_int(1, DType::I64, {nb})), ct);
