@@ -636,6 +636,15 @@ std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
   return as_bits(varying);
 }
 
+}  // namespace
+
+bool window_length_varies(const at::Tensor& window) {
+  const std::vector<bool> varying = recent_varying_dims(3, window);
+  return !varying.empty() && varying[0] && std::count(varying.begin(), varying.end(), true) == 1;
+}
+
+namespace {
+
 // A new tensor that holds its whole storage, densely.
 bool covers_own_storage(const at::Tensor& t) {
   return t.numel() > 0 && t.storage_offset() == 0 && t.is_contiguous() && !t.is_complex() &&

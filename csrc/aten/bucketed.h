@@ -215,12 +215,31 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args);
 // work. False otherwise (the caller copies as usual).
 bool pad_upload(const at::Tensor& dst, const at::Tensor& host);
 
+// Whether `window` (a run of whole rows of a larger storage, read by an
+// op) is one whose length keeps changing at the Python line reading it: the
+// rule of new tensors (three distinct lengths, the other sizes equal), kept
+// apart from theirs.
+bool window_length_varies(const at::Tensor& window);
+
+// For an op reading `t`, a run of whole rows (dim 0) of a larger storage
+// that holds an exact value, at a length that keeps changing
+// (window_length_varies: a serving engine's positions[:n] and
+// query_start_loc[1:r + 1] read each step): a padded tensor of t's sizes
+// and values, its bucket read from the storage at t's offset (one program
+// per storage size, dtype and bucket), so that the op runs bucketed.
+// nullopt otherwise.
+std::optional<at::Tensor> padded_window(const at::Tensor& t);
+
 // `host` (contiguous, of dst's sizes and dtype), or else the number `fill`,
 // written into `dst`, a contiguous run of a larger storage (a prefix or a
 // tail of a staging buffer): one program per storage size, dtype and
 // power-of-two window, not per length and offset (tensor_ops.cpp). False
 // otherwise (the caller writes as usual).
 bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scalar& fill);
+// The same for `src`, a tensor held padded (only dim 0 varying) of dst's
+// sizes and dtype: its bucket is the window (a serving engine's
+// positions[:n] = ... of a bucketed result).
+bool write_window_from_padded(const at::Tensor& dst, const at::Tensor& src);
 
 // arange.start_out(0, n, 1, out): torch.arange(n) into `out` (a new
 // contiguous tensor of n elements covering its storage): one iota program

@@ -756,17 +756,33 @@ Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
 
 // Runs a bucketable op at bucket shapes when an operand has a padded
 // storage; false when it cannot (the op then runs as usual, on exact values).
-bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int device,
+bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vector<c10::IValue>& given, int device,
                   torch::jit::Stack* stack) {
   if (e.kind == VariantKind::Out || !bucketing_enabled()) return false;
   if (!e.bucketable) {
-    if (bucketing_explained() && any_padded(args)) explain_exact(e.functional, "its lowering is not checked for bucket shapes");
+    if (bucketing_explained() && any_padded(given)) explain_exact(e.functional, "its lowering is not checked for bucket shapes");
     return false;
   }
   // (an in-place op runs as its functional op when it writes all of a
   // padded tensor: the result's padded value becomes the tensor's)
   const bool inplace = e.kind == VariantKind::Inplace;
-  if (inplace && (args.empty() || !args[0].isTensor() || !padded_whole(args[0].toTensor()))) return false;
+  if (inplace && (given.empty() || !given[0].isTensor() || !padded_whole(given[0].toTensor()))) return false;
+  // A functional op's operands that are runs of a persistent buffer read at
+  // lengths that keep changing enter as padded tensors (padded_window).
+  std::vector<c10::IValue> windowed;
+  bool any_window = false;
+  if (!inplace) {
+    windowed.reserve(given.size());
+    for (const c10::IValue& v : given) {
+      std::optional<c10::IValue> m = map_tensors(v, [&](const at::Tensor& t) {
+        std::optional<at::Tensor> w = t.defined() && is_tpu(t) ? padded_window(t) : std::nullopt;
+        any_window = any_window || w.has_value();
+        return w ? *w : t;
+      });
+      windowed.push_back(m ? std::move(*m) : v);
+    }
+  }
+  const std::vector<c10::IValue>& args = any_window ? windowed : given;
   BucketedOperands ops(device);
   std::vector<c10::IValue> pargs;
   pargs.reserve(args.size() + 1);

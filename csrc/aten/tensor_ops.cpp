@@ -84,6 +84,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst) {
               "single memory location. Please clone() the tensor before performing the operation.");
   at::assert_no_partial_overlap(dst, src);  // CPU's copy_ refuses it too (TensorIterator)
   if (copy_bucketed(src, dst)) return;  // src is a growing tensor's (bucketed.h)
+  if (write_window_from_padded(dst, src)) return;  // into a run of a persistent buffer
   // Copies repeat (optimizer states, .to(), clone): their plans are kept
   // like those of lowered ops.
   static const char kCopy = 0;
@@ -124,58 +125,130 @@ at::Tensor upload(const at::Tensor& host, int device) {
 // copy_to_gpu(n), a pinned batch buffer's prefix) and the fill of a
 // buffer's tail past a step's count would otherwise compile a program for
 // every length.
-bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scalar& fill) {
-  if (!bucketing_enabled() || dst.is_complex() || dst.is_conj() || dst.is_neg() || !dst.is_contiguous()) return false;
-  const int64_t n = dst.numel();
-  const int64_t whole_n = static_cast<int64_t>(dst.storage().nbytes()) / static_cast<int64_t>(dst.element_size());
-  if (n == 0 || n >= whole_n) return false;
-  int64_t window_n = 16;
-  while (window_n < n) window_n *= 2;
-  window_n = std::min(window_n, whole_n);
-  const int64_t offset = dst.storage_offset();
-  const int64_t start = std::min(offset, whole_n - window_n);
-  const int64_t lo = offset - start;
+namespace {
+
+// The elements of a contiguous run of a larger storage: its length, the
+// storage's, and its offset.
+struct Run {
+  int64_t n = 0, whole_n = 0, offset = 0;
+};
+std::optional<Run> run_of(const at::Tensor& t) {
+  if (!bucketing_enabled() || t.is_complex() || t.is_conj() || t.is_neg() || !t.is_contiguous()) return std::nullopt;
+  Run r{t.numel(), static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(t.element_size()),
+        t.storage_offset()};
+  if (r.n == 0 || r.n >= r.whole_n) return std::nullopt;
+  return r;
+}
+
+// dst's storage with `values` (a run-time operand: a window of window_n
+// elements, or a scalar) written at [start + lo, start + hi), where
+// `range` holds (start, lo, hi): one plan per storage type and window
+// length (tagged by the window's log2, since a scalar's type does not show
+// it). `past_end`: the window may pass the storage's end (the storage is
+// padded past it for the write).
+void write_window_values(const at::Tensor& dst, const Run& r, int64_t window_n, const at::Tensor& values,
+                         int64_t start, int64_t lo, int64_t hi, bool past_end = false) {
   const int device = tpu_index(dst);
-  // The values: the host data at [lo, hi) of a window of its own, or the
-  // fill's number (no host buffer of the run's size for it).
-  at::Tensor values;
-  if (host != nullptr) {
-    values = at::empty({window_n}, dst.options().device(at::kCPU));
-    values.narrow(0, 0, lo).zero_();
-    values.narrow(0, lo + n, window_n - lo - n).zero_();
-    values.narrow(0, lo, n).copy_(host->reshape(-1));
-  } else {
-    values = at::empty({}, dst.options().device(at::kCPU)).fill_(fill);
-  }
   at::Tensor range = at::empty({3}, at::kLong);
   range[0] = start;
   range[1] = lo;
-  range[2] = lo + n;
-  const c10::IValue operands[3] = {dst.as_strided({whole_n}, {1}, 0), upload(values, device), upload(range, device)};
-  // A plan per window length (a fill's operands do not show it): one key each.
-  static const char kWindow[64] = {};
+  range[2] = hi;
+  const c10::IValue operands[3] = {dst.as_strided({r.whole_n}, {1}, 0), values, upload(range, device)};
+  static const char kWindow[2][64] = {};
   int log2 = 0;
   while ((int64_t{1} << log2) < window_n) ++log2;
-  const std::optional<OpSignature> sig = signature_for(&kWindow[log2], 0, operands);
-  if (run_kept_plan(sig, operands, device)) return true;
+  const std::optional<OpSignature> sig = signature_for(&kWindow[past_end][log2], 0, operands);
+  if (run_kept_plan(sig, operands, device)) return;
   EagerProgram p(device, sig ? &*sig : nullptr);
   hlo::Builder& b = p.builder();
   const at::Tensor& whole = operands[0].toTensor();
-  const Value flat = p.input(whole, {0, -1});
+  Value flat = p.input(whole, {0, -1});
+  if (past_end) flat = b.pad(flat, b.zeros(Type{b.dtype(flat), {}}), {0}, {window_n});
   const Value bounds = p.input(operands[2].toTensor(), {2, -1});
   auto bound = [&](int64_t k) { return b.reshape(b.slice(bounds, {k}, {k + 1}), {}); };
   const Value at = bound(0);
   const Value i = b.iota(Type{DType::I64, {window_n}}, 0);
   const Value inside = b.and_(b.compare(hlo::Cmp::GE, i, b.broadcast_in_dim(bound(1), {window_n}, {})),
                               b.compare(hlo::Cmp::LT, i, b.broadcast_in_dim(bound(2), {window_n}, {})));
-  const Value v = p.input(operands[1].toTensor(), {1, -1});
+  const Value v = p.input(values, {1, -1});
   const Value kept = b.dynamic_slice(flat, {at}, {window_n});
-  const Value written = b.select(inside, b.rank(v) == 0 ? b.broadcast_in_dim(v, {window_n}, {}) : v, kept);
-  p.assign(whole, b.dynamic_update_slice(flat, written, {at}), {0, -1});
+  const Value written = b.select(inside, b.rank(v) == 0 ? b.broadcast_in_dim(v, {window_n}, {}) : b.reshape(v, {window_n}), kept);
+  Value updated = b.dynamic_update_slice(flat, written, {at});
+  if (past_end) updated = b.slice(updated, {0}, {r.whole_n});
+  p.assign(whole, updated, {0, -1});
   std::shared_ptr<const ProgramPlan> plan = p.finish({});
   if (sig && plan->replayable) keep_plan(*sig, operands, {}, plan);
   p.run();
+}
+
+}  // namespace
+
+bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scalar& fill) {
+  const std::optional<Run> r = run_of(dst);
+  if (!r) return false;
+  int64_t window_n = 16;
+  while (window_n < r->n) window_n *= 2;
+  window_n = std::min(window_n, r->whole_n);
+  const int64_t start = std::min(r->offset, r->whole_n - window_n);
+  const int64_t lo = r->offset - start;
+  // The values: the host data at [lo, hi) of a window of its own, or the
+  // fill's number (no host buffer of the run's size for it).
+  at::Tensor values;
+  if (host != nullptr) {
+    values = at::empty({window_n}, dst.options().device(at::kCPU));
+    values.narrow(0, 0, lo).zero_();
+    values.narrow(0, lo + r->n, window_n - lo - r->n).zero_();
+    values.narrow(0, lo, r->n).copy_(host->reshape(-1));
+  } else {
+    values = at::empty({}, dst.options().device(at::kCPU)).fill_(fill);
+  }
+  write_window_values(dst, *r, window_n, upload(values, tpu_index(dst)), start, lo, lo + r->n);
   return true;
+}
+
+bool write_window_from_padded(const at::Tensor& dst, const at::Tensor& src) {
+  const std::optional<Run> r = run_of(dst);
+  if (!r || src.scalar_type() != dst.scalar_type() || !src.sizes().equals(dst.sizes())) return false;
+  const std::optional<at::Tensor> bucket = padded_value_of(src);
+  if (!bucket || bucket->size(0) == src.size(0)) return false;
+  for (int64_t d = 1; d < src.dim(); ++d) {
+    if (bucket->size(d) != src.size(d)) return false;
+  }
+  const int64_t window_n = bucket->numel();
+  write_window_values(dst, *r, window_n, *bucket, r->offset, 0, r->n, r->offset + window_n > r->whole_n);
+  return true;
+}
+
+std::optional<at::Tensor> padded_window(const at::Tensor& t) {
+  if (t.dim() < 1 || t.size(0) < 2 || storage_of(t).padded()) return std::nullopt;
+  const std::optional<Run> r = run_of(t);
+  if (!r) return std::nullopt;
+  const int64_t row = r->n / t.size(0);
+  std::vector<int64_t> bounds = t.sizes().vec();
+  bounds[0] = bucket_of(t.size(0));
+  const int64_t window_n = bounds[0] * row;
+  if (!window_length_varies(t)) return std::nullopt;
+  // A bucket that would pass the storage's end (a small buffer: a request
+  // count's bucket beyond max_num_seqs) reads the storage padded past it.
+  const bool past_end = r->offset + window_n > r->whole_n;
+  const int device = tpu_index(t);
+  at::Tensor start = at::empty({}, at::kLong).fill_(r->offset);
+  const c10::IValue operands[2] = {t.as_strided({r->whole_n}, {1}, 0), upload(start, device)};
+  static const char kTag[2] = {};
+  const c10::IValue key[3] = {operands[0], operands[1], c10::IValue(c10::List<int64_t>(bounds))};
+  const std::optional<OpSignature> sig = signature_for(&kTag[past_end], 0, key);
+  std::optional<std::vector<at::Tensor>> got = run_kept_plan(sig, key, device);
+  if (!got) {
+    EagerProgram p(device, sig ? &*sig : nullptr);
+    hlo::Builder& b = p.builder();
+    Value flat = p.input(operands[0].toTensor(), {0, -1});
+    if (past_end) flat = b.pad(flat, b.zeros(Type{b.dtype(flat), {}}), {0}, {window_n});
+    const Value at = p.input(operands[1].toTensor(), {1, -1});
+    std::shared_ptr<const ProgramPlan> plan = p.finish({b.reshape(b.dynamic_slice(flat, {at}, {window_n}), bounds)});
+    if (sig && plan->replayable) keep_plan(*sig, key, {}, plan);
+    got = p.run();
+  }
+  return bucketed_result((*got)[0], t.sizes(), std::move(bounds), device);
 }
 
 namespace {

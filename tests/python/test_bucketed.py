@@ -634,3 +634,47 @@ def test_staging_buffer_copies_and_fills_compile_once_per_window(dtype):
     # 40 lengths and offsets), then none
     assert sum(counts) <= 22, counts
     assert counts[-2:] == [0, 0], counts  # (their windows all met before)
+
+
+def _engine_step(bufs, n, r):
+    """A serving engine's input preparation (vLLM's _prepare_inputs): runs of
+    persistent buffers read and written at the step's token count n and
+    request count r."""
+    positions, seq_lens, num_computed, req_indices, query_pos, qsl, hidden = bufs
+    positions[:n] = num_computed[req_indices[:n]].to(torch.int64) + query_pos[:n]
+    seq_lens[:r] = num_computed[:r] + qsl[:r]
+    seq_lens[r:].fill_(0)
+    logits_indices = qsl[: r + 1][1:] - 1
+    rows = hidden[logits_indices]
+    return (rows @ hidden[:8].T).argmax(-1).to(torch.int32)
+
+
+def test_runs_of_persistent_buffers_read_at_changing_lengths_compile_once_per_bucket():
+    """Ops reading a run of whole rows of a persistent buffer whose length
+    changes from step to step (positions[:n], seq_lens[:r],
+    query_start_loc[1:r + 1]), and copies of their results into such runs:
+    CPU's values everywhere in the buffers (what lies past a run is never
+    read or written), and no program for a new length once its buckets have
+    been met. A run read at one length stays exact."""
+    g = torch.Generator().manual_seed(0)
+    # (the request buffers hold 14: a request count's bucket of 16 passes
+    # their end, as max_num_seqs below a power of two makes it)
+    host = [torch.full((256,), -7, dtype=torch.int64), torch.full((14,), 99, dtype=torch.int32),
+            torch.randint(0, 100, (14,), dtype=torch.int32, generator=g),
+            torch.randint(0, 14, (256,), generator=g), torch.randint(0, 50, (256,), generator=g),
+            torch.randint(1, 200, (15,), dtype=torch.int32, generator=g), torch.randn(256, 8, generator=g)]
+    dev = [t.to("tpu") for t in host]
+    built = []
+    steps = [(30, 5), (41, 7), (50, 9), (60, 10), (33, 6), (47, 11), (58, 13), (35, 4), (62, 12)]
+    for n, r in steps:  # (tokens in bucket 64, requests in bucket 16)
+        before = _programs()
+        tokens = _engine_step(dev, n, r)
+        built.append(_programs() - before)
+        want = _engine_step(host, n, r)
+        assert torch.equal(tokens.cpu(), want), (n, r)
+        for d, h in zip(dev, host):
+            assert torch.equal(d.cpu(), h), (n, r)
+    assert built[3:] == [0] * (len(steps) - 3), built
+    # a run of a constant length is read exact, as before
+    fixed = dev[4][:40] + 1
+    assert not torch.ops.torch_tpu._storage_info(fixed).startswith("padded")

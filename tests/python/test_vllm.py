@@ -215,6 +215,36 @@ def test_the_forward_is_one_compiled_graph_captured_per_bucket_at_start_up(hf_an
         assert list(o.outputs[0].token_ids) == _hf_greedy(hf, p, 5)
 
 
+@pytest.mark.strict_eager_only  # (fused eager flushes a step's input preparation as one graph, whose
+# structure follows how many requests the step adds: about one new graph per round of new batches)
+def test_requests_of_new_lengths_compile_nothing_once_the_engine_is_up(hf_and_llm):
+    """Issue 46's steady state: after the engine's start (its warm-up steps
+    through vLLM's input preparation and sampler at every token and request
+    bucket), greedy batches of new request counts, prompt lengths and
+    output lengths compile no program and load none, and give HF's tokens.
+    (A sampled batch of a request count met for the first time compiles
+    vLLM's noise draw, made at the exact count.)"""
+    import torch_tpu
+
+    hf, llm = hf_and_llm
+    rng = random.Random(7)
+
+    def built():
+        s = torch_tpu.cache_stats()
+        return s["misses"] + s["disk_hits"]
+
+    before = built()
+    for round_ in range(4):
+        prompts = [_ids(500 + 10 * round_ + k, rng.randint(1, 60)) for k in range(rng.choice([1, 2, 3, 5, 7, 8]))]
+        n = rng.randint(2, 9)
+        outs = llm.generate([_prompt(p) for p in prompts], vllm.SamplingParams(max_tokens=n, temperature=0,
+                                                                               ignore_eos=True), use_tqdm=False)
+        assert built() == before, f"round {round_}: {len(prompts)} requests of {[len(p) for p in prompts]} tokens"
+        if round_ < 2:
+            for p, o in zip(prompts, outs):
+                assert list(o.outputs[0].token_ids) == _hf_greedy(hf, p, n)
+
+
 @pytest.mark.strict_eager_only  # (loading the artifact does not depend on the mode)
 def test_the_compiled_forward_loads_from_its_aot_artifact_in_a_new_process(hf_and_llm):
     """vLLM saves the compiled forward (PyTorch's AOT compile) and a second

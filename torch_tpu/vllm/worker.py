@@ -179,6 +179,72 @@ class TpuModelRunner(GPUModelRunner):
                 "a quarter of the free device memory (%s); they compile at first use, and such a step may run out "
                 "of memory: lower max_num_batched_tokens or max_num_seqs", len(skipped),
                 ", ".join(f"{t}x{r}" for t, r in skipped))
+        self._warm_up_steps({(t, r) for t, r in skipped})
+
+    def _warm_up_steps(self, skipped) -> None:
+        """Engine steps before the first request, through what the dummy runs
+        leave out: vLLM's own input preparation (runs of its persistent
+        buffers at the step's token and request counts), its sampler (greedy
+        and sampled) and the logits of the sampled rows. Their ops run once
+        per bucket of those counts (docs/bounded_dynamism.md), so steps of
+        token counts across every token bucket and request counts across
+        every request bucket, each a prefill and two decodes, compile them
+        all now. The requests use cache blocks the scheduler has not handed
+        out yet (written before any request reads them) and are then
+        finished."""
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+        sched = self.scheduler_config
+        block = self.cache_config.block_size
+        free_blocks = self.kv_cache_config.num_blocks - 1  # (block 0 is vLLM's null block)
+        vocab = self.model_config.get_vocab_size()
+        longest = self.max_model_len - 3  # (room for the decodes)
+        greedy = SamplingParams(temperature=0.0, max_tokens=4)
+        sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, max_tokens=4)
+        seeded = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, seed=0, max_tokens=4)
+        counts = sorted({r for r in (1, 2, 3, 4, 5, sched.max_num_seqs // 2 + 1, sched.max_num_seqs)
+                         if r <= sched.max_num_seqs})
+        serial = 0
+
+        def step(new, cached, tokens):
+            out = SchedulerOutput.make_empty()
+            out.scheduled_new_reqs, out.scheduled_cached_reqs = new, cached
+            out.num_scheduled_tokens, out.total_num_scheduled_tokens = tokens, sum(tokens.values())
+            if self.execute_model(out) is None:
+                self.sample_tokens(None)
+
+        # Every pair of buckets, greedy and sampled, and a seeded step. (vLLM
+        # draws its sampling noise into a tensor of the step's exact request
+        # count: a sampled step of a count met for the first time still
+        # compiles that draw.)
+        plans = [(params, size, n, reqs) for params in (greedy, sampled) for size in self.token_buckets
+                 for n in sorted({size, size // 2 + 1}) for reqs in counts]
+        plans.append((seeded, self.token_buckets[0], 2, 2))
+        for params, size, n, reqs in plans:
+            lengths = [n // reqs + (k < n % reqs) for k in range(reqs)]
+            blocks = [-(-(length + 3) // block) for length in lengths]
+            if (n < reqs or n > sched.max_num_batched_tokens or max(lengths) > longest or sum(blocks) > free_blocks
+                    or (size, compiler.bucket(reqs, self.request_buckets)) in skipped):
+                continue
+            ids, new, first = [], [], 1
+            for length, need in zip(lengths, blocks):
+                serial += 1
+                ids.append(f"tpu-warm-up-{serial}")
+                new.append(NewRequestData(
+                    req_id=ids[-1], prompt_token_ids=[(7 * k + serial) % vocab for k in range(length)],
+                    mm_features=[], sampling_params=params, pooling_params=None,
+                    block_ids=(list(range(first, first + need)),), num_computed_tokens=0, lora_request=None))
+                first += need
+            step(new, CachedRequestData.make_empty(), dict(zip(ids, lengths)))
+            for k in range(2):
+                step([], CachedRequestData(
+                    req_ids=list(ids), resumed_req_ids=set(), new_token_ids=[], all_token_ids={},
+                    new_block_ids=[None] * reqs, num_computed_tokens=[x + k for x in lengths],
+                    num_output_tokens=[k + 1] * reqs), {i: 1 for i in ids})
+            done = SchedulerOutput.make_empty()
+            done.finished_req_ids = set(ids)
+            self.execute_model(done)
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
