@@ -34,7 +34,9 @@ def hf_and_llm(request, tmp_path_factory):
             if p.dim() > 1:
                 p.normal_(0, 0.5)
     hf.save_pretrained(path)
-    llm = in_process_llm(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCH_TPU_VLLM_WARMUP_STEPS", "0")  # (the engine's warm-up steps are test_vllm.py's to check)
+        llm = in_process_llm(path)
     yield hf.eval(), llm
     del llm
 

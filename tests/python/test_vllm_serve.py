@@ -31,7 +31,9 @@ def server(tmp_path_factory):
     cmd = [sys.executable, "-m", "torch_tpu.serve", "--model", path, "--host", "127.0.0.1", "--port", str(port),
            "--dtype", "float32", "--max-len", "128", "--max-slots", "4", "--no-warmup",
            "--kv-cache-memory-bytes", str(8 << 20), "--max-num-batched-tokens", "64", "--served-model-name", "tiny"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+    # (the engine's warm-up steps are test_vllm.py's to check)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TORCH_TPU_VLLM_WARMUP_STEPS="0"), start_new_session=True)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120, max_retries=0)
     deadline = time.monotonic() + START_TIMEOUT
     try:

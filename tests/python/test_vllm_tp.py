@@ -38,7 +38,9 @@ def test_tensor_parallel_2_gives_the_same_greedy_tokens(tmp_path, eager):
     """)
     (tmp_path / "tp2.py").write_text(script)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "tp2.py")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=dict(os.environ))
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            # (the engine's warm-up steps are test_vllm.py's to check)
+                            env=dict(os.environ, TORCH_TPU_VLLM_WARMUP_STEPS="0"))
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:

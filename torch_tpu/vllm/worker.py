@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 
 import torch
 from vllm.config import set_current_vllm_config
@@ -179,7 +180,8 @@ class TpuModelRunner(GPUModelRunner):
                 "a quarter of the free device memory (%s); they compile at first use, and such a step may run out "
                 "of memory: lower max_num_batched_tokens or max_num_seqs", len(skipped),
                 ", ".join(f"{t}x{r}" for t, r in skipped))
-        self._warm_up_steps({(t, r) for t, r in skipped})
+        if os.environ.get("TORCH_TPU_VLLM_WARMUP_STEPS", "1") != "0":
+            self._warm_up_steps(set(skipped))
 
     def _warm_up_steps(self, skipped) -> None:
         """Engine steps before the first request, through what the dummy runs
@@ -189,8 +191,8 @@ class TpuModelRunner(GPUModelRunner):
         per bucket of those counts (docs/bounded_dynamism.md), so steps of
         token counts across every token bucket and request counts across
         every request bucket, each a prefill and two decodes, compile them
-        all now. The requests use cache blocks the scheduler has not handed
-        out yet (written before any request reads them) and are then
+        all now. The requests use cache blocks the scheduler has not handed out
+        yet (written before any request reads them) and are then
         finished."""
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -214,18 +216,22 @@ class TpuModelRunner(GPUModelRunner):
             if self.execute_model(out) is None:
                 self.sample_tokens(None)
 
-        # Every pair of buckets, greedy and sampled, and a seeded step. (vLLM
+        # Greedy steps at the two ends of each token bucket by every request
+        # count (how a step's tokens split between prefills and decodes
+        # sizes some of its runs too); the sampler's programs depend on the
+        # request count only: one sampled step each, and a seeded one. (vLLM
         # draws its sampling noise into a tensor of the step's exact request
         # count: a sampled step of a count met for the first time still
         # compiles that draw.)
-        plans = [(params, size, n, reqs) for params in (greedy, sampled) for size in self.token_buckets
-                 for n in sorted({size, size // 2 + 1}) for reqs in counts]
-        plans.append((seeded, self.token_buckets[0], 2, 2))
-        for params, size, n, reqs in plans:
+        sizes = sorted({n for size in self.token_buckets for n in (size // 2 + 1, size)})
+        plans = [(greedy, n, reqs) for n in sizes for reqs in counts]
+        plans += [(sampled, max(reqs, sizes[0]), reqs) for reqs in counts] + [(seeded, sizes[0], 2)]
+        for params, n, reqs in plans:
             lengths = [n // reqs + (k < n % reqs) for k in range(reqs)]
             blocks = [-(-(length + 3) // block) for length in lengths]
+            pair = (compiler.bucket(n, self.token_buckets), compiler.bucket(reqs, self.request_buckets))
             if (n < reqs or n > sched.max_num_batched_tokens or max(lengths) > longest or sum(blocks) > free_blocks
-                    or (size, compiler.bucket(reqs, self.request_buckets)) in skipped):
+                    or pair in skipped):
                 continue
             ids, new, first = [], [], 1
             for length, need in zip(lengths, blocks):
