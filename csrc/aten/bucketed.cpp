@@ -551,6 +551,7 @@ bool copy_bucketed(const at::Tensor& src, const at::Tensor& dst) {
 namespace {
 
 thread_local bool exact_new = false;  // set_exact_new_tensors
+constexpr int kWindowRead = 3;        // recent_varying_dims' kind for runs read by ops
 thread_local const at::Tensor* like_source = nullptr;  // LikeFill
 
 // The kind of a new tensor: what makes it (`kind`), its dtype, rank and
@@ -561,7 +562,10 @@ int64_t recent_key(int kind, const at::Tensor& t, bool* in_torch) {
   const int device = t.device().has_index() ? t.device().index() : 0;
   const int64_t what =
       ((static_cast<int64_t>(kind) * 64 + static_cast<int64_t>(t.scalar_type())) * 16 + t.dim()) * 4096 + device;
-  return static_cast<int64_t>(python_call_site(in_torch) ^ static_cast<uint64_t>(what));
+  // (runs read from a buffer: of the same buffer, a persistent one; a new
+  // tensor's runs read at new lengths are new shapes, not a buffer's steps)
+  const uint64_t buffer = kind == kWindowRead ? storage_of(t).serial() * 0x9e3779b97f4a7c15ULL : 0;
+  return static_cast<int64_t>(python_call_site(in_torch) ^ static_cast<uint64_t>(what) ^ buffer);
 }
 
 // Which dims of new tensor `t` (made by `kind`) vary, from the last sizes
@@ -639,7 +643,7 @@ std::vector<bool> recent_varying_dims(int kind, const at::Tensor& t) {
 }  // namespace
 
 bool window_length_varies(const at::Tensor& window) {
-  const std::vector<bool> varying = recent_varying_dims(3, window);
+  const std::vector<bool> varying = recent_varying_dims(kWindowRead, window);
   return !varying.empty() && varying[0] && std::count(varying.begin(), varying.end(), true) == 1;
 }
 

@@ -216,9 +216,9 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args);
 bool pad_upload(const at::Tensor& dst, const at::Tensor& host);
 
 // Whether `window` (a run of whole rows of a larger storage, read by an
-// op) is one whose length keeps changing at the Python line reading it: the
-// rule of new tensors (three distinct lengths, the other sizes equal), kept
-// apart from theirs.
+// op) is one whose length keeps changing at the Python line reading it,
+// from the same buffer: the rule of new tensors (three distinct lengths,
+// the other sizes equal), kept apart from theirs.
 bool window_length_varies(const at::Tensor& window);
 
 // For an op reading `t`, a run of whole rows (dim 0) of a larger storage

@@ -12,6 +12,8 @@ import sys
 import pytest
 import torch
 
+import torch_tpu
+
 vllm = pytest.importorskip("vllm")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -49,7 +51,10 @@ def _save_model(path):
 def hf_and_llm(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("llama"))
     hf = _save_model(path)
-    llm = in_process_llm(path, enable_prefix_caching=True)
+    with pytest.MonkeyPatch.context() as mp:
+        if torch_tpu.get_execution_mode() != "strict":  # (what the warm-up steps do is checked in strict eager)
+            mp.setenv("TORCH_TPU_VLLM_WARMUP_STEPS", "0")
+        llm = in_process_llm(path, enable_prefix_caching=True)
     yield hf, llm
     del llm
 
