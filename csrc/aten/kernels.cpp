@@ -771,16 +771,13 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
   // lengths that keep changing enter as padded tensors (padded_window).
   std::vector<c10::IValue> windowed;
   bool any_window = false;
-  if (!inplace) {
-    windowed.reserve(given.size());
-    for (const c10::IValue& v : given) {
-      std::optional<c10::IValue> m = map_tensors(v, [&](const at::Tensor& t) {
-        std::optional<at::Tensor> w = t.defined() && is_tpu(t) ? padded_window(t) : std::nullopt;
-        any_window = any_window || w.has_value();
-        return w ? *w : t;
-      });
-      windowed.push_back(m ? std::move(*m) : v);
-    }
+  for (size_t i = 0; i < given.size() && !inplace; ++i) {
+    std::optional<c10::IValue> m = map_tensors(given[i], [&](const at::Tensor& t) {
+      std::optional<at::Tensor> w = is_tpu(t) ? padded_window(t) : std::nullopt;
+      any_window = any_window || w.has_value();
+      return w ? *w : t;
+    });
+    windowed.push_back(m ? std::move(*m) : given[i]);
   }
   const std::vector<c10::IValue>& args = any_window ? windowed : given;
   BucketedOperands ops(device);
