@@ -29,6 +29,8 @@ import contextlib
 
 import torch
 
+from . import _sparse_compressed
+
 _lib = None
 _SPARSE_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCPU)
 _SPARSE_CSR_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.SparseCsrCPU)
@@ -42,12 +44,27 @@ _COO_GENERIC = (
     "is_coalesced", "_coalesced_", "indices", "values", "copy_sparse_to_sparse_",
     "sparse_resize_", "sparse_resize_and_clear_", "resize_as_sparse_", "zero_",
     "empty.memory_format", "empty_like", "clone", "sum", "copy_",
-    "sub.Tensor", "sub_.Tensor", "sub.out", "mm",
+    "sub.Tensor", "sub_.Tensor", "sub.out", "mm", "sum.dim_IntList",
     "neg", "neg_", "neg.out", "pow.Tensor_Scalar", "pow.Tensor_Scalar_out",
 )
 _CSR_GENERIC = (
-    "crow_indices", "col_indices", "values", "_nnz", "sparse_dim", "dense_dim",
-    "empty.memory_format", "empty_like", "clone", "mm",
+    "crow_indices", "col_indices", "ccol_indices", "row_indices", "values", "_nnz", "sparse_dim",
+    "dense_dim", "empty.memory_format", "empty_like", "clone", "mm", "copy_", "zero_", "fill_.Scalar",
+    "neg", "neg_", "neg.out", "mul.Scalar", "mul_.Scalar", "sum",
+)
+# Functions that map 0 to 0, so a sparse result keeps the input's entries:
+# PyTorch's kernels for both layouts apply the function to the values
+# (SparseUnaryOps.cpp, SparseCsrTensorMath.cpp), with ATen calls only.
+_ZERO_PRESERVING = (
+    "abs", "asin", "asinh", "atan", "atanh", "ceil", "deg2rad", "erf", "erfinv", "expm1", "floor", "frac",
+    "log1p", "round", "sign", "sgn", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "relu", "nan_to_num",
+    "signbit", "isneginf", "isposinf", "isnan", "isinf", "threshold_backward",
+)
+# COO shape and reduction kernels written with ATen calls (TensorShape.cpp,
+# SparseTensor.cpp): unsqueeze, permute, cat and narrow_copy move indices,
+# any and sum reduce the values, mv is an addmm, floor_divide a values op.
+_COO_GENERIC_BASES = _ZERO_PRESERVING + (
+    "unsqueeze", "permute", "cat", "narrow_copy", "any", "mv",
 )
 
 
@@ -315,8 +332,7 @@ def dense_to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense
     """CPU's dense_to_sparse: the nonzero positions of the first sparse_dim
     dimensions in row-major order, coalesced."""
     if layout is not None and layout != torch.sparse_coo:
-        torch._check(layout == torch.sparse_csr, lambda: f"to_sparse: layout {layout} is not supported on tpu")
-        return dense_to_csr(self, dense_dim)
+        return _sparse_compressed.from_dense(self, layout, blocksize, dense_dim)
     if sparse_dim is None:
         sparse_dim = self.dim() - (dense_dim or 0)
     torch._check(0 <= sparse_dim <= self.dim(),
@@ -401,6 +417,8 @@ def _div(self, other, rounding_mode=None):
     torch._check(not isinstance(other, torch.Tensor) or (other.dim() == 0 and not other.is_sparse),
                  lambda: "Sparse division requires a scalar or zero-dim dense tensor divisor (got shape "
                          f"{list(other.shape)} for divisor)")
+    if rounding_mode is not None:  # (rounding is not linear: the duplicates are summed first, as on CPU)
+        self = self.coalesce()
     values = torch.div(self._values(), other, rounding_mode=rounding_mode)
     return _coo(self._indices().clone(), values, self.shape, self.is_coalesced())
 
@@ -410,13 +428,27 @@ def div(self, other, *, rounding_mode=None):
 
 
 def div_(self, other, *, rounding_mode=None):
-    _div(self, other, rounding_mode)  # (checks)
+    result = _div(self, other, rounding_mode)  # (checks)
+    if rounding_mode is not None and not self.is_coalesced():
+        return self.copy_(result)
     self._values().div_(other, rounding_mode=rounding_mode)
     return self
 
 
 def div_out(self, other, *, rounding_mode=None, out):
     return _set(out, _div(self, other, rounding_mode))
+
+
+def floor_divide(self, other):
+    return _div(self, other, "floor")
+
+
+def floor_divide_(self, other):
+    return div_(self, other, rounding_mode="floor")
+
+
+def floor_divide_out(self, other, *, out):
+    return _set(out, _div(self, other, "floor"))
 
 
 def index_select(self, dim, index):
@@ -507,10 +539,9 @@ def sparse_sum_backward(grad, self, dim):
 
 
 def _entries(m):
-    """(rows, cols, values) of a 2-D COO or CSR matrix."""
-    if m.layout == torch.sparse_csr:
-        values = m.values()
-        return _csr_rows(m.crow_indices(), values.shape[0]), m.col_indices(), values
+    """(rows, cols, values) of a 2-D sparse matrix, COO or compressed."""
+    if m.layout != torch.sparse_coo:
+        return _sparse_compressed.entries(m)
     torch._check(m.sparse_dim() == 2 and m.dense_dim() == 0,
                  lambda: f"addmm: matrices expected, got {m.sparse_dim()} sparse dims and {m.dense_dim()} "
                          "dense dims")
@@ -610,72 +641,213 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
         return _BAG_BACKWARD(*args)
 
 
-# ---------------------------------------------------------------- CSR kernels
+# ---------------------------------------------------------------- softmax, products
 
-def dense_to_csr(self, dense_dim=None):
-    torch._check(self.dim() == 2 and not dense_dim,
-                 lambda: "to_sparse_csr on tpu: only 2-D tensors without dense dimensions")
-    return coo_to_csr(dense_to_sparse(self, 2))
-
-
-def _csr_rows(crow, nnz):
-    """Row of each stored element of a CSR matrix."""
-    k = torch.arange(nnz, dtype=crow.dtype, device=crow.device)
-    return torch.searchsorted(crow, k, right=True) - 1
-
-
-def csr_to_dense(self, dtype=None, masked_grad=None):
-    torch._check(dtype is None, lambda: "dtype argument is not supported by sparse_csr_to_dense")
-    torch._check(self.dim() == 2, lambda: "to_dense on tpu: only 2-D CSR tensors")
-    crow, col, values = self.crow_indices(), self.col_indices(), self.values()
-    dense = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
-    if values.shape[0] == 0:
-        return dense
-    rows = _csr_rows(crow, values.shape[0])
-    return dense.index_put_((rows, col), values, accumulate=True)
+def _lines(self, dim):
+    """For a coalesced COO tensor and a sparse dim: each entry's line along
+    ``dim`` (entries equal in every other sparse index share one), and the
+    number of lines."""
+    sd = self.sparse_dim()
+    others = [d for d in range(sd) if d != dim]
+    indices = self._indices()
+    if not others:
+        return torch.zeros(indices.shape[1], dtype=torch.int64, device=self.device), 1
+    key = _flatten(indices[others], [self.shape[d] for d in others])
+    lines, line = torch.unique(key, return_inverse=True)
+    return line, lines.shape[0]
 
 
-def coo_to_csr(self, dense_dim=None):
-    torch._check(self.dim() == 2 and self.sparse_dim() == 2 and not dense_dim,
-                 lambda: "to_sparse_csr on tpu: only 2-D COO tensors without dense dimensions")
-    c = self.coalesce()
-    indices, values = c._indices(), c._values()
-    counts = torch.zeros(self.shape[0], dtype=indices.dtype, device=self.device)
-    counts.index_add_(0, indices[0], torch.ones_like(indices[0]))
-    crow = torch.cat([torch.zeros(1, dtype=indices.dtype, device=self.device), torch.cumsum(counts, 0)])
-    return torch.ops.aten._sparse_csr_tensor_unsafe(
-        crow, indices[1].contiguous(), values, list(self.shape),
-        dtype=values.dtype, layout=torch.sparse_csr, device=values.device)
+def _softmax(self, dim, half_to_float, log):
+    torch._check(not half_to_float, lambda: "softmax with half to float conversion is not supported on sparse tensors")
+    dim = dim % max(self.dim(), 1)
+    x = self.coalesce()
+    values, sd = x._values(), x.sparse_dim()
+    if dim >= sd:  # a dense dim: every entry's values on their own
+        out = (torch.log_softmax if log else torch.softmax)(values, dim - sd + 1)
+        return _coo(x._indices().clone(), out, self.shape, True)
+    if x._nnz() == 0:
+        return _coo(x._indices().clone(), values.clone(), self.shape, True)
+    line, count = _lines(x, dim)
+    at = line.view((-1,) + (1,) * (values.dim() - 1)).expand_as(values)
+    shape = (count,) + tuple(values.shape[1:])
+    top = values.new_full(shape, float("-inf")).scatter_reduce(0, at, values, "amax")
+    top = torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
+    shifted = values - top.gather(0, at)
+    total = values.new_zeros(shape).index_add_(0, line, shifted.exp())
+    if log:
+        out = shifted - total.log().gather(0, at)
+    else:
+        out = shifted.exp() / total.gather(0, at)
+    return _coo(x._indices().clone(), out, self.shape, True)
+
+
+def sparse_softmax(self, dim, half_to_float):
+    """Softmax over the stored entries of each line (the unstored ones are
+    -inf, as on CPU): a COO result with the input's coalesced entries."""
+    return _softmax(self, dim, half_to_float, False)
+
+
+def sparse_log_softmax(self, dim, half_to_float):
+    return _softmax(self, dim, half_to_float, True)
+
+
+def _softmax_backward(grad, output, dim, log):
+    dim = dim % max(output.dim(), 1)
+    out = output.coalesce()
+    g = (grad.to_dense() if grad.is_sparse else grad).sparse_mask(out)._values()
+    y, sd = out._values(), out.sparse_dim()
+    if dim >= sd:
+        d = dim - sd + 1
+        values = (g - y.exp() * g.sum(d, keepdim=True)) if log else y * (g - (g * y).sum(d, keepdim=True))
+        return _coo(out._indices().clone(), values, out.shape, True)
+    if out._nnz() == 0:
+        return _coo(out._indices().clone(), y.clone(), out.shape, True)
+    line, count = _lines(out, dim)
+    shape = (count,) + tuple(y.shape[1:])
+    at = line.view((-1,) + (1,) * (y.dim() - 1)).expand_as(y)
+    if log:
+        values = g - y.exp() * y.new_zeros(shape).index_add_(0, line, g).gather(0, at)
+    else:
+        values = y * (g - y.new_zeros(shape).index_add_(0, line, g * y).gather(0, at))
+    return _coo(out._indices().clone(), values, out.shape, True)
+
+
+def sparse_softmax_backward(grad_output, output, dim, self):
+    return _softmax_backward(grad_output, output, dim, False)
+
+
+def sparse_log_softmax_backward(grad_output, output, dim, self):
+    return _softmax_backward(grad_output, output, dim, True)
+
+
+def bmm(self, mat2):
+    """A batch of sparse matrices (COO, 3 sparse dims) times dense ones:
+    each entry scales a row of its batch's matrix, summed into its row."""
+    torch._check(self.dim() == 3 and mat2.dim() == 3 and self.sparse_dim() == 3,
+                 lambda: f"bmm_sparse: expected a 3-D sparse tensor with 3 sparse dims and a 3-D dense one, "
+                         f"got sizes {list(self.shape)} and {list(mat2.shape)}")
+    torch._check(self.shape[0] == mat2.shape[0] and self.shape[2] == mat2.shape[1],
+                 lambda: f"bmm_sparse: the sizes {list(self.shape)} and {list(mat2.shape)} do not match")
+    torch._check(self.dtype == mat2.dtype,
+                 lambda: f"bmm_sparse: expected the same dtype, got {self.dtype} and {mat2.dtype}")
+    acc_t = _opmath(self.dtype)
+    out = torch.zeros((self.shape[0], self.shape[1], mat2.shape[2]), dtype=acc_t, device=mat2.device)
+    if self._nnz():
+        b, i, k = self._indices()
+        out.index_put_((b, i), self._values().to(acc_t).unsqueeze(1) * mat2.to(acc_t)[b, k], accumulate=True)
+    return out.to(self.dtype)
+
+
+def bmm_out(self, mat2, *, out):
+    return _set(out, bmm(self, mat2))
+
+
+def sparse_sparse_matmul(self, other):
+    """sparse @ sparse (2-D COO): the product's structural entries (a pair of
+    stored entries meets there, even where the values cancel), coalesced."""
+    torch._check(self.dim() == 2 and other.dim() == 2 and self.shape[1] == other.shape[0],
+                 lambda: f"sparse matmul: the sizes {list(self.shape)} and {list(other.shape)} do not multiply")
+    ones = _coo(other._indices(), torch.ones_like(other._values()), other.shape, other.is_coalesced())
+    pattern = addmm(torch.zeros((), device=self.device), _coo(self._indices(), torch.ones_like(self._values()),
+                    self.shape, self.is_coalesced()), ones.to_dense(), beta=0)
+    product = addmm(torch.zeros((), device=self.device), self, other.to_dense(), beta=0)
+    indices = torch.nonzero(pattern).t().contiguous()
+    return _coo(indices, product[tuple(indices)].contiguous(), (self.shape[0], other.shape[1]), True)
+
+
+def hspmm(mat1, mat2):
+    """sparse @ dense as a hybrid COO tensor: the rows of mat1 holding
+    entries, with their dense rows of the product."""
+    product = addmm(torch.zeros((), device=mat2.device), mat1, mat2, beta=0)
+    rows = mat1.coalesce()._indices()[0]
+    rows = torch.unique_consecutive(rows) if rows.shape[0] else rows
+    return _coo(rows.unsqueeze(0).clone(), product.index_select(0, rows), (mat1.shape[0], mat2.shape[1]), False)
+
+
+def hspmm_out(mat1, mat2, *, out):
+    return _set(out, hspmm(mat1, mat2))
+
+
+def sspaddmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """beta * self + alpha * (mat1 @ mat2), sparse: self's entries, then
+    every column of each row of mat1 holding entries (CPU's order, not
+    coalesced)."""
+    size = (mat1.shape[0], mat2.shape[1])
+    torch._check(self.is_sparse and (self.shape == size or self._nnz() == 0),  # (smm passes an empty self)
+                 lambda: f"sspaddmm: self must be a sparse tensor of size {list(size)}, got {list(self.shape)}")
+    rows_part = hspmm(mat1, mat2)
+    rows, p = rows_part._indices()[0], mat2.shape[1]
+    product_indices = torch.stack([rows.repeat_interleave(p), torch.arange(p, device=rows.device).repeat(rows.shape[0])])
+    if self.shape != size:
+        self = _coo(product_indices[:, :0], rows_part._values().new_zeros(0), size, True)
+    indices = torch.cat([self._indices(), product_indices], 1)
+    values = torch.cat([self._values() * beta, rows_part._values().reshape(-1) * alpha])
+    return _coo(indices, values, size, False)
+
+
+def sspaddmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
+    return _set(out, sspaddmm(self, mat1, mat2, beta=beta, alpha=alpha))
+
+
+def mm_out(self, mat2, *, out):
+    return _set(out, addmm(torch.zeros((), dtype=self.dtype, device=self.device), self, mat2, beta=0))
+
+
+def rad2deg(self):
+    x = self.coalesce()  # (as the other functions of _ZERO_PRESERVING)
+    return _coo(x._indices().clone(), torch.rad2deg(x._values()), self.shape, True)
+
+
+def rad2deg_(self):
+    self._values().rad2deg_()
+    return self
+
+
+def rad2deg_out(self, *, out):
+    return _set(out, rad2deg(self))
+
+
+def _generic(key, bases):
+    """The overloads PyTorch registers for ``key`` whose base name is one of
+    ``bases``."""
+    names = []
+    for full in torch._C._dispatch_get_registrations_for_dispatch_key(key):
+        ns, _, name = full.partition("::")
+        base = name.partition(".")[0]
+        if ns == "aten" and (base in bases or base.rstrip("_") in bases):
+            names.append(name)
+    return names
 
 
 def register() -> None:
     global _lib
     _lib = torch.library.Library("aten", "IMPL")
-    for name in _COO_GENERIC:
+    for name in sorted(set(_COO_GENERIC) | set(_generic("SparseCPU", _COO_GENERIC_BASES))):
         _lib.impl(name, _redispatch(name, _SPARSE_CPU), "SparsePrivateUse1")
-    for name in _CSR_GENERIC:
+    for name in sorted(set(_CSR_GENERIC) | set(_generic("SparseCsrCPU", _ZERO_PRESERVING))):
         _lib.impl(name, _redispatch(name, _SPARSE_CSR_CPU), "SparseCsrPrivateUse1")
     for name, fn in (
         ("_coalesce", coalesce),
         ("_to_dense", to_dense),
         ("add.Tensor", add), ("add_.Tensor", add_), ("add.out", add_out),
-        ("_to_sparse_csr", coo_to_csr),
         ("mul.Tensor", mul), ("mul_.Tensor", mul_), ("mul.out", mul_out),
         ("div.Tensor", div), ("div_.Tensor", div_), ("div.out", div_out),
         ("div.Tensor_mode", div), ("div_.Tensor_mode", div_), ("div.out_mode", div_out),
+        ("floor_divide", floor_divide), ("floor_divide_.Tensor", floor_divide_), ("floor_divide.out", floor_divide_out),
         ("index_select", index_select), ("sparse_mask", sparse_mask),
-        ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_),
+        ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_), ("mm.out", mm_out),
+        ("bmm", bmm), ("bmm.out", bmm_out), ("_sparse_sparse_matmul", sparse_sparse_matmul),
+        ("hspmm", hspmm), ("hspmm.out", hspmm_out), ("sspaddmm.out", sspaddmm_out),
+        ("_sparse_softmax", sparse_softmax), ("_sparse_log_softmax", sparse_log_softmax),
+        ("_sparse_softmax_backward_data", sparse_softmax_backward),
+        ("_sparse_log_softmax_backward_data", sparse_log_softmax_backward),
+        ("rad2deg", rad2deg), ("rad2deg_", rad2deg_), ("rad2deg.out", rad2deg_out),
         ("linalg_vector_norm", vector_norm), ("_sparse_sum_backward", sparse_sum_backward),
     ):
         _lib.impl(name, fn, "SparsePrivateUse1")
     for name, fn in (
         ("_to_sparse", to_sparse_default), ("_to_sparse.sparse_dim", to_sparse_dim),
-        ("_to_sparse_csr", dense_to_csr),
     ):
         _lib.impl(name, fn, "PrivateUse1")
     _lib.impl("_embedding_bag_backward", embedding_bag_backward, "AutogradPrivateUse1")
-    for name, fn in (
-        ("_to_dense", csr_to_dense),
-        ("addmm", addmm), ("addmm.out", addmm_out), ("addmm_", addmm_),
-    ):
-        _lib.impl(name, fn, "SparseCsrPrivateUse1")
+    _sparse_compressed.register(_lib)
