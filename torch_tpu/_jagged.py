@@ -19,11 +19,20 @@ computed on the device from the offsets (no host read):
 
 Each is the other's gradient in PyTorch's autograd formulas, so gradients
 flow through both.
+
+``F.scaled_dot_product_attention`` over jagged tensors: CPU reaches it
+through strided-layout nested tensors (PyTorch's math fallback), CUDA
+through its varlen flash kernels; on tpu the jagged query, key and value
+are padded to their longest sequence, attend with a mask of each batch
+item's key length (and causal, top-left, where asked), and the result is
+packed back to the query's offsets: dense programs only, gradients through
+the two conversions.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.nested._internal.nested_tensor import nested_from_padded
 
 _lib = None
 
@@ -87,8 +96,59 @@ def padded_dense_to_jagged_forward(dense, offsets, total_L=None):
     return torch.where(inside.reshape((total,) + (1,) * len(rest)), got, 0)
 
 
+def _padded_heads(t):
+    """A jagged (B, H, j, D) or (B, j, H, D) tensor as padded (B, H, L, D),
+    with its lengths."""
+    x = t.transpose(1, t._ragged_idx) if t._ragged_idx != 1 else t  # (B, j, H, D)
+    padded = torch.nested.to_padded_tensor(x.contiguous(), 0.0)
+    return padded.transpose(1, 2), x.offsets().diff()
+
+
+def jagged_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA over jagged tpu tensors with the ragged dim at 2 (B, H, j, D):
+    padded attention masked by each item's key length."""
+    torch._check(attn_mask is None, lambda: "scaled_dot_product_attention: an attn_mask with jagged inputs is "
+                                            "not supported (CPU's and CUDA's refuse it too)")
+    torch._check(all(t.dim() == 4 for t in (query, key, value)),
+                 lambda: f"scaled_dot_product_attention: jagged inputs of 4 dims (B, H, j, D) expected, got "
+                         f"{query.dim()}, {key.dim()} and {value.dim()}")
+    q, q_len = _padded_heads(query)
+    k, k_len = _padded_heads(key)
+    v, _ = _padded_heads(value)
+    lq, lk = q.shape[2], k.shape[2]
+    mask = (torch.arange(lk, device=k.device) < k_len.unsqueeze(1)).view(-1, 1, 1, lk)
+    if is_causal:
+        mask = mask & torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                           scale=scale, enable_gqa=enable_gqa)
+    x = query.transpose(1, query._ragged_idx) if query._ragged_idx != 1 else query
+    out = out.transpose(1, 2)  # (B, L, H, Dv)
+    packed = nested_from_padded(out, x.offsets(), sum_S=x.values().shape[0])
+    return packed.transpose(1, query._ragged_idx) if query._ragged_idx != 1 else packed
+
+
+def _route_jagged_sdpa() -> None:
+    """Jagged SDPA on tpu takes jagged_sdpa; every other device (and the
+    jagged tensors whose ragged dim is not the sequence's, which PyTorch runs
+    as dense SDPA on the values) keeps PyTorch's."""
+    from torch.nested._internal import ops
+
+    original = ops.jagged_scaled_dot_product_attention
+    if getattr(original, "_torch_tpu", False):
+        return
+
+    def route(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if query.device.type == "tpu" and query._ragged_idx != 1 and query.dim() == 4:
+            return jagged_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    route._torch_tpu = True
+    ops.jagged_scaled_dot_product_attention = route
+
+
 def register() -> None:
     global _lib
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("_jagged_to_padded_dense_forward", jagged_to_padded_dense_forward, "PrivateUse1")
     _lib.impl("_padded_dense_to_jagged_forward", padded_dense_to_jagged_forward, "PrivateUse1")
+    _route_jagged_sdpa()

@@ -227,3 +227,35 @@ def test_bad_offsets_name_the_op_and_shapes():
                                                        [torch.tensor([0, 2, 6], device="tpu")], 6)
     with pytest.raises(RuntimeError, match="_jagged_to_padded_dense_forward.*one jagged"):
         torch.ops.aten._jagged_to_padded_dense_forward(v, [torch.tensor([0, 6], device="tpu")] * 2, [6, 6])
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+def test_attention_over_jagged_sequences_equals_cpu(cross):
+    """F.scaled_dot_product_attention over (B, H, j, D) jagged tensors (the
+    usual q.unflatten(-1, (H, D)).transpose(1, 2)): CPU's values and
+    gradients, an empty sequence included, keys of other lengths than the
+    queries; causal attention (CPU refuses it; CUDA's flash kernels take it)
+    equals padded causal attention per sequence."""
+    (tq, cq), (vtq, vcq) = _pair(rest=(8,), dtype=torch.float64, requires_grad=True)
+    (tk, ck), (vtk, vck) = _pair(lengths=[2, 3, 4, 5, 6], rest=(8,), dtype=torch.float64, requires_grad=True,
+                                 seed=1) if cross else ((tq, cq), (vtq, vcq))
+    weight = torch.randn(int(_offsets(LENGTHS)[-1]), 2, 4, dtype=torch.float64)
+    for nq, nk, w in ((tq, tk, weight.to("tpu")), (cq, ck, weight)):
+        q, k = (x.unflatten(-1, (2, 4)).transpose(1, 2) for x in (nq, nk))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, k)
+        assert out.is_nested and out.shape[1] == 2
+        (out.transpose(1, 2).values() * w).sum().backward()
+    got, want = (torch.nn.functional.scaled_dot_product_attention(
+        *[x.unflatten(-1, (2, 4)).transpose(1, 2) for x in (nq, nk, nk)]).transpose(1, 2).values()
+        for nq, nk in ((tq, tk), (cq, ck)))
+    _same(got, want)
+    _same(vtq.grad, vcq.grad)
+    _same(vtk.grad, vck.grad)
+    # causal: each sequence against its own padded causal attention
+    q = tq.unflatten(-1, (2, 4)).transpose(1, 2)
+    got = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2)
+    for i, seq in enumerate(cq.unbind()):
+        if seq.shape[0]:
+            s = seq.detach().unflatten(-1, (2, 4)).transpose(0, 1)
+            ref = torch.nn.functional.scaled_dot_product_attention(s, s, s, is_causal=True).transpose(0, 1)
+            torch.testing.assert_close(got.unbind()[i].cpu(), ref)
