@@ -600,7 +600,14 @@ def vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     sparse gradient): of its coalesced values when the implicit zeros
     cannot change it, else of the dense tensor."""
     if dim is None and not keepdim and ord > 0:
-        return torch.linalg.vector_norm(self.coalesce()._values(), ord, dtype=dtype)
+        x = self.coalesce()
+        got = _buckets(x)
+        if got is not None:  # (held padded: the norm of the bucket, its padding zeros)
+            _, bv, n = got
+            with _exact_new_tensors():
+                valid = _valid(bv.shape[0], n, bv.device).view((-1,) + (1,) * (bv.dim() - 1))
+                return torch.linalg.vector_norm(torch.where(valid, bv, 0), ord, dtype=dtype)
+        return torch.linalg.vector_norm(x._values(), ord, dtype=dtype)
     return torch.linalg.vector_norm(self.to_dense(), ord, dim, keepdim, dtype=dtype)
 
 

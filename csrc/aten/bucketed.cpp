@@ -732,7 +732,13 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args) {
 }
 
 bool pad_upload(const at::Tensor& dst, const at::Tensor& host) {
-  if (!bucketing_enabled() || !(dst.scalar_type() == at::kLong || dst.scalar_type() == at::kBool) ||
+  // Token ids and masks; and 1-D floats (an embedding bag's per-sample
+  // weights, beside its padded ids). A float upload of more dims at
+  // changing sizes is as often a batch of a model's inputs whose ops are
+  // not bucketable as one that is: it stays exact.
+  const bool ids = dst.scalar_type() == at::kLong || dst.scalar_type() == at::kBool;
+  const bool weights = c10::isFloatingType(dst.scalar_type()) && dst.dim() == 1;
+  if (!bucketing_enabled() || !(ids || weights) ||
       dst.dim() > 3 || !covers_own_storage(dst) || !host.is_contiguous() || host.sizes() != dst.sizes() ||
       host.scalar_type() != dst.scalar_type()) {
     return false;

@@ -212,7 +212,8 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args);
 // `host` (contiguous, of dst's sizes and dtype) copied into `dst` (a new
 // tensor covering its storage), when dst holds token ids or a mask (int64
 // or bool, rank 3 at most): padded on the host, the transfer is the only
-// work. False otherwise (the caller copies as usual).
+// work; the same for a 1-D float upload (per-sample weights). False
+// otherwise (the caller copies as usual).
 bool pad_upload(const at::Tensor& dst, const at::Tensor& host);
 
 // Whether `window` (a run of whole rows of a larger storage, read by an

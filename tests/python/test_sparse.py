@@ -566,6 +566,20 @@ def test_dense_embedding_bag_backward_still_refuses_double_backward():
 
 # ---------------------------------------------------------------- optimizers
 
+def _clip(params, max_norm):
+    """clip_grad_norm_; on CPU, which refuses sparse gradients, of their
+    dense equivalents, masked back."""
+    if params[0].device.type != "cpu":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    sparse = [(p, p.grad.coalesce()) for p in params if p.grad.is_sparse]
+    for p, g in sparse:
+        p.grad = g.to_dense()
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    for p, g in sparse:
+        p.grad = p.grad.sparse_mask(g)
+    return norm
+
+
 def _train(make_opt, device, clip, steps=3):
     torch.manual_seed(0)
     emb = torch.nn.Embedding(20, 4, sparse=True).to(device)
@@ -582,16 +596,9 @@ def _train(make_opt, device, clip, steps=3):
         pooled = bag(bi.to(device), torch.tensor([0, 2, 5], device=device))
         (lin(emb(idx.to(device))).pow(2).sum() + lin(pooled).sum()).backward()
         if clip:
-            if device == "cpu":  # CPU's clip_grad_norm_ refuses sparse gradients: clip their dense equivalents
-                sparse = [(p, p.grad.coalesce()) for p in params if p.grad.is_sparse]
-                for p, g in sparse:
-                    p.grad = g.to_dense()
-                norms.append(torch.nn.utils.clip_grad_norm_(params, 0.5))
-                for p, g in sparse:
-                    p.grad = p.grad.sparse_mask(g)
-            else:
+            if device != "cpu":
                 assert emb.weight.grad.is_sparse
-                norms.append(torch.nn.utils.clip_grad_norm_(params, 0.5).cpu())
+            norms.append(_clip(params, 0.5).cpu())
         for o in opts:
             o.step()
     return [p.detach().cpu() for p in params], norms
@@ -673,6 +680,11 @@ def test_embedding_bag_of_ids_held_padded_never_reads_the_padding():
         for mode in ("sum", "mean", "max"):
             got = torch.nn.functional.embedding_bag(held, w.to(TPU), offsets.to(TPU), mode=mode)
             same_dense(got, torch.nn.functional.embedding_bag(ids, w, offsets, mode=mode))
+        # per-sample weights held padded too, their padding NaN
+        psw = torch.rand(n, dtype=torch.float32)
+        got = torch.nn.functional.embedding_bag(held, w.to(TPU), offsets.to(TPU), mode="sum",
+                                                per_sample_weights=_held_with_garbage(psw, 0, float("nan")))
+        same_dense(got, torch.nn.functional.embedding_bag(ids, w, offsets, mode="sum", per_sample_weights=psw))
         bad = ids.clone()
         bad[n - 1] = 50  # a real id out of range still raises
         with pytest.raises(IndexError, match="index out of range"):
@@ -699,11 +711,15 @@ def _fresh_training(make_opt, device, steps):
             n = int(torch.randint(36, 60, (), generator=g))  # (bucket 64)
             ids = torch.randint(0, b.num_embeddings, (n,), generator=g)
             offsets = torch.tensor([0, 5, n // 2, n - 3])
-            pooled.append(b(ids.to(device), offsets.to(device)))
+            # (the sum bag weighs its ids: per-sample weights, uploaded as the ids are)
+            psw = torch.rand(n, generator=g).to(device) if b.mode == "sum" else None
+            pooled.append(b(ids.to(device), offsets.to(device), per_sample_weights=psw))
         for o in opts:
             o.zero_grad()
         loss = torch.tanh(lin(torch.cat(pooled, 1))).pow(2).mean()
         loss.backward()
+        # (the norm of sparse gradients held padded, and the scaling by it)
+        _clip([b.weight for b in bags] + list(lin.parameters()), 0.05)
         for o in opts:
             o.step()
         loss.item()
