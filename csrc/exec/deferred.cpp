@@ -65,6 +65,17 @@ size_t DeferredGraph::size() const {
 DeferredGraph::Ref DeferredGraph::ref_for(const ProgramArg& a) {
   if (a.deferred && a.deferred->pending_in(this)) return Ref{a.deferred->call_, a.deferred->result_};
   pjrt::BufferPtr buf = a.deferred ? a.deferred->resolve() : a.buffer;
+  if (!capture_ && a.type.dims.empty() && !a.deferred &&
+      (a.origin.kind == Origin::Kind::Constant || a.origin.kind == Origin::Kind::HostTensor)) {
+    // A number (a run-time size, a scalar operand) is a parameter of its
+    // own at each use: numbers are cached buffers by value, and sharing one
+    // where two happen to be equal (two tables' id counts) would make the
+    // graph's structure, so its program, depend on the values.
+    rec_.params.push_back(std::move(buf));
+    rec_.param_types.push_back(a.type);
+    rec_.origins.push_back(a.origin);
+    return Ref{-1, static_cast<int>(rec_.params.size()) - 1};
+  }
   auto [it, inserted] = rec_.param_index.emplace(buf.get(), static_cast<int>(rec_.params.size()));
   if (!inserted && capture_ && !(rec_.origins[it->second] == a.origin)) {
     // A capture binds each origin again on its own (a cached scalar buffer

@@ -301,3 +301,26 @@ def test_optimizer_steps_update_parameters_and_state_in_place(cls, kw, states):
             assert after["donated"] - before["donated"] == n * (1 + states)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def _upload(x):
+    return x.to("tpu")  # (one line for every size: the new-tensor rule holds them padded)
+
+
+def test_a_graph_does_not_depend_on_run_time_sizes_being_equal():
+    """Two batches held padded in one bucket, of lengths that are equal at
+    some steps and not at others (two tables' id counts): each op's run-time
+    length is a parameter of its own, so the fused graph is one program
+    whatever the lengths are (sharing equal numbers made a new one whenever
+    the pattern of equal lengths changed), and its values are the lengths'."""
+    lengths = [(20, 21), (22, 23), (24, 25), (26, 26), (27, 28), (29, 29), (30, 31), (17, 17)]
+    g = torch.Generator().manual_seed(0)
+    graphs = []
+    for n1, n2 in lengths:
+        a, b = torch.randint(-9, 9, (n1,), generator=g), torch.randint(-9, 9, (n2,), generator=g)
+        ta, tb = _upload(a), _upload(b)
+        before = torch_tpu.fused_stats()["graphs"]
+        got = torch.stack([(ta * 3).sum(), (tb - 1).sum()]).cpu()
+        graphs.append(torch_tpu.fused_stats()["graphs"] - before)
+        torch.testing.assert_close(got, torch.stack([(a * 3).sum(), (b - 1).sum()]))
+    assert graphs[3:] == [0] * (len(lengths) - 3), graphs
