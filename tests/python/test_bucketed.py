@@ -678,3 +678,59 @@ def test_runs_of_persistent_buffers_read_at_changing_lengths_compile_once_per_bu
     # a run of a constant length is read exact, as before
     fixed = dev[4][:40] + 1
     assert not torch.ops.torch_tpu._storage_info(fixed).startswith("padded")
+
+
+def _sampled(W, counts, seed):
+    """vLLM's sampling: probabilities of a batch of `r` requests (rows
+    gathered by uploaded ids), divided by exponential noise drawn into
+    torch.empty_like(probs), argmax. Per count: the tokens, the noise, the
+    programs built."""
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for r in counts:
+        ids = torch.randint(0, W.shape[0], (r,), generator=g).to("tpu")
+        before = _programs()
+        probs = W[ids].softmax(-1)
+        q = torch.empty_like(probs)
+        q.exponential_()
+        noise = q.clone()
+        tokens = probs.div_(q).argmax(dim=-1)
+        out.append((tokens.cpu(), noise.cpu(), _programs() - before, _padded(q)))
+    return out
+
+
+def test_random_fills_at_changing_sizes_compile_once_per_bucket():
+    """The noise of a sampler at each request count (exponential_ of
+    torch.empty_like(probs)) is drawn at the count's bucket: after three
+    counts nothing compiles, the noise read back has the count's rows, is
+    positive with a mean near 1, differs between draws, and the same seed
+    gives the same tokens again."""
+    W = torch.randn(40, 300).to("tpu")
+    counts = [3, 5, 7, 9, 11, 6, 12, 13, 4, 10, 14, 8]
+    first = _sampled(W, counts, seed=1)
+    assert [b for _, _, b, _ in first[3:]] == [0] * (len(counts) - 3), [b for _, _, b, _ in first]
+    assert all(p for _, _, _, p in first[3:])
+    for r, (tokens, noise, _, _) in zip(counts, first):
+        assert tokens.shape == (r,) and noise.shape == (r, 300)
+        assert bool((tokens >= 0).all() and (tokens < 300).all())
+        assert bool((noise > 0).all()) and 0.9 < float(noise.double().mean()) < 1.1
+    assert not torch.equal(first[4][1][:4], first[5][1][:4])  # fresh noise each draw
+    again = _sampled(W, counts, seed=1)
+    for (t1, n1, _, _), (t2, n2, _, _) in zip(first, again):
+        assert torch.equal(t1, t2) and torch.equal(n1, n2)
+    # uniform_ of new tensors at changing sizes is drawn at the bucket too;
+    # what follows a bucketed draw is what follows an exact one
+    def uniform(n, seed):
+        torch.manual_seed(seed)
+        u = torch.empty(n, 8, device="tpu").uniform_(2.0, 3.0)
+        return u, torch.rand(5, device="tpu").cpu()
+
+    exact, after_exact = uniform(21, 3)
+    assert not _padded(exact)
+    for n in (23, 25, 27):
+        uniform(n, 4)
+    padded, after_padded = uniform(21, 3)
+    assert _padded(padded) and padded.shape == (21, 8)
+    assert torch.equal(padded.cpu(), exact.cpu()) and torch.equal(after_padded, after_exact)
+    assert bool(((exact >= 2) & (exact < 3)).cpu().all())
