@@ -1,6 +1,5 @@
 #include "csrc/aten/bucketed.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
 #include <c10/util/strides.h>
 
@@ -15,7 +14,6 @@
 
 #include "csrc/aten/call_site.h"
 #include "csrc/aten/executor_scope.h"
-#include "csrc/aten/generator.h"
 #include "csrc/aten/op_memo.h"
 #include "csrc/exec/runtime.h"
 #include "csrc/lowering/lowering.h"
@@ -730,51 +728,6 @@ bool grow_fill(c10::ArrayRef<c10::IValue> args) {
   const Value v = b->broadcast_in_dim(b->param(scalar), bounds, {});
   storage_of(self).set_padded(make_padded(apply_program(b, v, number, device), self.sizes().vec(), bounds));
   explain_padded("a fill", self.sizes(), bounds);
-  return true;
-}
-
-bool random_fill(const std::string& functional) {
-  static const std::unordered_set<std::string> ops = {"aten::exponential", "aten::uniform", "aten::normal_functional",
-                                                      "aten::cauchy", "aten::log_normal", "aten::geometric"};
-  return ops.count(functional) != 0;
-}
-
-bool grow_random(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  if (!bucketing_enabled() || args.empty() || !args[0].isTensor() || !args.back().isNone()) return false;
-  const at::Tensor& self = args[0].toTensor();
-  if (!covers_own_storage(self) || !c10::isFloatingType(self.scalar_type())) return false;
-  const std::vector<bool> varying = recent_varying_dims(4, self);
-  if (varying.empty()) return false;
-  // The same fill of a tensor of the bounds (one program per bucket), its
-  // values the padded value of `self`.
-  const std::vector<int64_t> bounds = bounds_of(self.sizes(), varying);
-  const int device = self.device().has_index() ? self.device().index() : 0;
-  at::Tensor whole = empty_tpu(bounds, self.scalar_type(), device);
-  torch::jit::Stack stack(args.begin(), args.end());
-  stack[0] = whole;
-  // Each value is drawn from its position in the generator's stream, so the
-  // bucket's first elements are the values an exact fill draws; the
-  // generator then moves on as far as the exact fill would have, so what is
-  // drawn next is the same whether this fill was bucketed or not (the same
-  // seed, the same values).
-  at::Generator gen = default_generator(static_cast<c10::DeviceIndex>(device));
-  auto offset = [&] {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    return at::check_generator<TpuGenerator>(gen)->get_offset();
-  };
-  const uint64_t before = offset();
-  {
-    const bool was = set_exact_new_tensors(true);  // (the bucket's fill is no step of the rule)
-    op.callBoxed(&stack);
-    set_exact_new_tensors(was);
-  }
-  const uint64_t per_value = (offset() - before) / static_cast<uint64_t>(whole.numel());  // (rounded up by < 4)
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    at::check_generator<TpuGenerator>(gen)->set_offset(before + (per_value * self.numel() + 3) / 4 * 4);
-  }
-  storage_of(self).set_padded(make_padded(storage_of(whole).raw_value(), self.sizes().vec(), bounds));
-  explain_padded("a random fill", self.sizes(), bounds);
   return true;
 }
 

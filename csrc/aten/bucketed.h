@@ -209,15 +209,6 @@ class LikeFill {
 // LikeFill). False otherwise (the op runs as usual).
 bool grow_fill(c10::ArrayRef<c10::IValue> args);
 
-// An in-place random fill (exponential_, uniform_, normal_...) of the
-// default generator over a float tensor covering its storage, whose sizes
-// keep changing at the Python line (vLLM's sampling noise,
-// torch.empty_like(probs).exponential_(), at each request count): the
-// tensor holds a padded value, the fill run at the bucket. False otherwise.
-bool grow_random(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
-// Whether functional op `functional` is such a fill (its in-place variant).
-bool random_fill(const std::string& functional);
-
 // `host` (contiguous, of dst's sizes and dtype) copied into `dst` (a new
 // tensor covering its storage), when dst holds token ids or a mask (int64
 // or bool, rank 3 at most): padded on the host, the transfer is the only

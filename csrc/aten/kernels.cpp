@@ -56,8 +56,8 @@ struct Entry {
   bool bucketable = false;
   char bucketed_tag = 0;  // its address names the op's bucketed programs in the memo
   uint64_t numbers = 0;   // bit i: argument i is a Scalar (OpSignature)
-  // arange.start_out, fill_.Scalar, random fills: padded at changing sizes (grow_arange, grow_fill, grow_random)
-  bool grows_arange = false, grows_fill = false, grows_random = false;
+  bool grows_arange = false;  // arange.start_out: a growing arange is padded (grow_arange)
+  bool grows_fill = false;    // fill_.Scalar: a fill at changing sizes is padded (grow_fill)
   int rows_operand = -1;      // mm, addmm: the matrix whose rows make the result's (BucketedOperands::rows_of)
   const ScalarRangeRule* scalar_ranges = nullptr;  // Scalars CPU converts with a range check (scalar_ranges.h)
 };
@@ -996,8 +996,7 @@ void run_lowered(const Entry& e, const c10::OperatorHandle& op, torch::jit::Stac
   if (index_put_into_expanded(e, args)) return push_returns(stack, op.schema(), e, args, {});
 
   if (run_bucketed(e, op, args, device, stack)) return;
-  if ((e.grows_arange && grow_arange(args)) || (e.grows_fill && (grow_fill(args) || fill_window(args))) ||
-      (e.grows_random && grow_random(op, args))) {
+  if ((e.grows_arange && grow_arange(args)) || (e.grows_fill && (grow_fill(args) || fill_window(args)))) {
     return push_returns(stack, schema, e, args, {});
   }
   const std::optional<OpSignature> sig = signature_for(&e, lowering_globals(), args, e.numbers);
@@ -1129,7 +1128,6 @@ void register_variant(const std::string& variant, const std::string& functional,
   e.bucketable = bucketable_op(functional);
   e.grows_arange = functional == "aten::arange.start_out" && kind == VariantKind::Out;
   e.grows_fill = (functional == "aten::fill.Scalar" || functional == "aten::zero") && kind == VariantKind::Inplace;
-  e.grows_random = kind == VariantKind::Inplace && random_fill(functional);
   e.rows_operand = functional == "aten::mm" ? 0 : functional == "aten::addmm" ? 1 : -1;
   e.scalar_ranges = scalar_range_rule(functional);
   // (the variant's own arguments: an out= variant's come first, as the functional op's)
