@@ -41,10 +41,11 @@ export TORCH_TPU_CACHE_DIR="$ROOT/build/xla-cache"
 # in the user's home.
 export VLLM_CACHE_ROOT="$ROOT/build/vllm-cache"
 # Two pytest-xdist workers, a file to each at a time (module fixtures stay
-# whole; conftest.py hands out the longest files first): compiling programs
+# whole; conftest.py orders the files, the longest first, and xdist keeps
+# that order): compiling programs
 # is most of a cold run and takes one core, so two workers use both.
 # TORCH_TPU_TEST_WORKERS=0 runs in this process.
-PARALLEL=(-n "${TORCH_TPU_TEST_WORKERS:-2}" --dist loadfile)
+PARALLEL=(-n "${TORCH_TPU_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
 # The other two modes run the suite again (conftest.py's MODE_POLICY says
 # which part: what the mode changes, not every sweep of the same lowerings).
