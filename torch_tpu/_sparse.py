@@ -62,7 +62,7 @@ _ZERO_PRESERVING = (
 )
 # COO shape and reduction kernels written with ATen calls (TensorShape.cpp,
 # SparseTensor.cpp): unsqueeze, permute, cat and narrow_copy move indices,
-# any and sum reduce the values, mv is an addmm, floor_divide a values op.
+# any reduces the values, mv is an addmm.
 _COO_GENERIC_BASES = _ZERO_PRESERVING + (
     "unsqueeze", "permute", "cat", "narrow_copy", "any", "mv",
 )
@@ -664,6 +664,12 @@ def _lines(self, dim):
     return line, lines.shape[0]
 
 
+def _line_sums(values, line, count):
+    """Each entry's sum of ``values`` over its line (_lines)."""
+    at = line.view((-1,) + (1,) * (values.dim() - 1)).expand_as(values)
+    return values.new_zeros((count,) + tuple(values.shape[1:])).index_add_(0, line, values).gather(0, at)
+
+
 def _softmax(self, dim, half_to_float, log):
     torch._check(not half_to_float, lambda: "softmax with half to float conversion is not supported on sparse tensors")
     dim = dim % max(self.dim(), 1)
@@ -676,15 +682,11 @@ def _softmax(self, dim, half_to_float, log):
         return _coo(x._indices().clone(), values.clone(), self.shape, True)
     line, count = _lines(x, dim)
     at = line.view((-1,) + (1,) * (values.dim() - 1)).expand_as(values)
-    shape = (count,) + tuple(values.shape[1:])
-    top = values.new_full(shape, float("-inf")).scatter_reduce(0, at, values, "amax")
+    top = values.new_full((count,) + tuple(values.shape[1:]), float("-inf")).scatter_reduce(0, at, values, "amax")
     top = torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
     shifted = values - top.gather(0, at)
-    total = values.new_zeros(shape).index_add_(0, line, shifted.exp())
-    if log:
-        out = shifted - total.log().gather(0, at)
-    else:
-        out = shifted.exp() / total.gather(0, at)
+    total = _line_sums(shifted.exp(), line, count)
+    out = shifted - total.log() if log else shifted.exp() / total
     return _coo(x._indices().clone(), out, self.shape, True)
 
 
@@ -710,12 +712,7 @@ def _softmax_backward(grad, output, dim, log):
     if out._nnz() == 0:
         return _coo(out._indices().clone(), y.clone(), out.shape, True)
     line, count = _lines(out, dim)
-    shape = (count,) + tuple(y.shape[1:])
-    at = line.view((-1,) + (1,) * (y.dim() - 1)).expand_as(y)
-    if log:
-        values = g - y.exp() * y.new_zeros(shape).index_add_(0, line, g).gather(0, at)
-    else:
-        values = y * (g - y.new_zeros(shape).index_add_(0, line, g * y).gather(0, at))
+    values = g - y.exp() * _line_sums(g, line, count) if log else y * (g - _line_sums(g * y, line, count))
     return _coo(out._indices().clone(), values, out.shape, True)
 
 
@@ -749,15 +746,20 @@ def bmm_out(self, mat2, *, out):
     return _set(out, bmm(self, mat2))
 
 
+def _mm(a, b):
+    """a @ b, one operand sparse: addmm's product alone."""
+    return addmm(torch.zeros((), dtype=a.dtype, device=b.device), a, b, beta=0)
+
+
 def sparse_sparse_matmul(self, other):
     """sparse @ sparse (2-D COO): the product's structural entries (a pair of
     stored entries meets there, even where the values cancel), coalesced."""
     torch._check(self.dim() == 2 and other.dim() == 2 and self.shape[1] == other.shape[0],
                  lambda: f"sparse matmul: the sizes {list(self.shape)} and {list(other.shape)} do not multiply")
-    ones = _coo(other._indices(), torch.ones_like(other._values()), other.shape, other.is_coalesced())
-    pattern = addmm(torch.zeros((), device=self.device), _coo(self._indices(), torch.ones_like(self._values()),
-                    self.shape, self.is_coalesced()), ones.to_dense(), beta=0)
-    product = addmm(torch.zeros((), device=self.device), self, other.to_dense(), beta=0)
+    def ones(t):
+        return _coo(t._indices(), torch.ones_like(t._values()), t.shape, t.is_coalesced())
+    pattern = _mm(ones(self), ones(other).to_dense())
+    product = _mm(self, other.to_dense())
     indices = torch.nonzero(pattern).t().contiguous()
     return _coo(indices, product[tuple(indices)].contiguous(), (self.shape[0], other.shape[1]), True)
 
@@ -765,7 +767,7 @@ def sparse_sparse_matmul(self, other):
 def hspmm(mat1, mat2):
     """sparse @ dense as a hybrid COO tensor: the rows of mat1 holding
     entries, with their dense rows of the product."""
-    product = addmm(torch.zeros((), device=mat2.device), mat1, mat2, beta=0)
+    product = _mm(mat1, mat2)
     rows = mat1.coalesce()._indices()[0]
     rows = torch.unique_consecutive(rows) if rows.shape[0] else rows
     return _coo(rows.unsqueeze(0).clone(), product.index_select(0, rows), (mat1.shape[0], mat2.shape[1]), False)
@@ -797,7 +799,7 @@ def sspaddmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
 
 
 def mm_out(self, mat2, *, out):
-    return _set(out, addmm(torch.zeros((), dtype=self.dtype, device=self.device), self, mat2, beta=0))
+    return _set(out, _mm(self, mat2))
 
 
 def rad2deg(self):

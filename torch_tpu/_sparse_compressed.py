@@ -22,7 +22,7 @@ _BLOCKED = (torch.sparse_bsr, torch.sparse_bsc)
 
 
 def _check_matrix(t, what):
-    torch._check(t.dim() == 2 and t.dense_dim() == 0 if t.layout != torch.strided else t.dim() == 2,
+    torch._check(t.dim() == 2 and (t.layout == torch.strided or t.dense_dim() == 0),
                  lambda: f"{what} on tpu: only 2-D {t.layout} matrices without batch or dense dimensions "
                          f"(got a tensor of size {list(t.shape)})")
 
