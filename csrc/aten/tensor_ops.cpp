@@ -189,6 +189,10 @@ bool write_window(const at::Tensor& dst, const at::Tensor* host, const c10::Scal
   int64_t window_n = 16;
   while (window_n < r->n) window_n *= 2;
   window_n = std::min(window_n, r->whole_n);
+  // A small storage (vLLM's block table, per-request state) is written
+  // whole, the run masked: one program for it, whatever the run's length.
+  constexpr int64_t kWholeBytes = 64 << 10;
+  if (r->whole_n * static_cast<int64_t>(dst.element_size()) <= kWholeBytes) window_n = r->whole_n;
   const int64_t start = std::min(r->offset, r->whole_n - window_n);
   const int64_t lo = r->offset - start;
   // The values: the host data at [lo, hi) of a window of its own, or the

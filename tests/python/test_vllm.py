@@ -200,6 +200,75 @@ def test_logprobs_and_parallel_samples(hf_and_llm):
     assert len(outs) == 3 and len({tuple(c.token_ids) for c in outs}) > 1
 
 
+def _hf_penalized(hf, prompt, n, repetition=1.0, presence=0.0, frequency=0.0):
+    """Greedy tokens under OpenAI's penalties, as vLLM defines them: the
+    repetition penalty divides the positive logits of tokens seen in the
+    prompt or the output (multiplies the negative ones), presence and
+    frequency subtract per output token (float64, HF's logits)."""
+    ids, out = list(prompt), []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = hf(torch.tensor([ids])).logits[0, -1].double()
+            for t in set(prompt) | set(out):
+                logits[t] = logits[t] / repetition if logits[t] > 0 else logits[t] * repetition
+            for t in set(out):
+                logits[t] -= frequency * out.count(t) + presence
+            out.append(int(logits.argmax()))
+            ids.append(out[-1])
+    return out
+
+
+# Each kind of row the sampler handles, with the tokens it must give: the
+# filters that leave one token (top-k 1, top-p below the top token's
+# probability, min-p 1) give the greedy token at any temperature.
+_SAMPLER_ROWS = [
+    (dict(temperature=0), {}),
+    (dict(temperature=0.8, top_k=1), {}),
+    (dict(temperature=1.3, top_p=1e-6), {}),
+    (dict(temperature=0.7, min_p=1.0), {}),
+    (dict(temperature=0, repetition_penalty=1.6), dict(repetition=1.6)),
+    (dict(temperature=0, presence_penalty=1.5, frequency_penalty=0.7), dict(presence=1.5, frequency=0.7)),
+    (dict(temperature=0, logprobs=2), {}),
+]
+
+
+@pytest.mark.strict_eager_only  # (the compile count is the strict engine's; the values are checked there)
+def test_sampler_features_in_mixed_batches_give_reference_tokens_and_compile_nothing_again(hf_and_llm):
+    """vLLM's sampler runs at the bucket of the step's request count
+    (torch_tpu/vllm/sampler.py): rows of every kind in one batch (top-k,
+    top-p, min-p, penalties, logprobs) give the reference tokens; once a
+    kind has been met in a bucket, batches of new request counts, prompt
+    lengths and output lengths compile nothing (penalties count tokens at
+    bucketed lengths)."""
+    import torch_tpu
+
+    hf, llm = hf_and_llm
+
+    def built():
+        s = torch_tpu.cache_stats()
+        return s["misses"] + s["disk_hits"]
+
+    def run(seed, kinds, lengths, n):
+        prompts = [_ids(seed + k, length) for k, length in enumerate(lengths)]
+        params = [vllm.SamplingParams(max_tokens=n, ignore_eos=True, **_SAMPLER_ROWS[k][0]) for k in kinds]
+        outs = llm.generate([_prompt(p) for p in prompts], params, use_tqdm=False)
+        for k, p, o in zip(kinds, prompts, outs):
+            got = list(o.outputs[0].token_ids)
+            assert got == _hf_penalized(hf, p, n, **_SAMPLER_ROWS[k][1]), f"row kind {_SAMPLER_ROWS[k][0]}"
+            if o.outputs[0].logprobs:
+                with torch.no_grad():
+                    want = hf(torch.tensor([p + got])).logits[0, len(p) - 1:-1].double().log_softmax(-1)
+                for step, (token, top) in enumerate(zip(got, o.outputs[0].logprobs)):
+                    assert top[token].rank == 1 and len(top) >= 2
+                    assert abs(top[token].logprob - float(want[step, token])) < 1e-4
+
+    run(700, range(len(_SAMPLER_ROWS)), [5, 9, 14, 3, 11, 7, 6], 6)
+    before = built()
+    run(800, [6, 5, 4, 3, 2, 1], [17, 2, 30, 8, 12, 21], 9)
+    run(900, [4, 5, 0, 3, 1], [40, 4, 23, 9, 15], 4)
+    assert built() == before
+
+
 def test_the_forward_is_one_compiled_graph_captured_per_bucket_at_start_up(hf_and_llm):
     import torch_tpu
 

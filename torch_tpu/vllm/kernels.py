@@ -19,6 +19,8 @@ import threading
 
 import torch
 
+from torch_tpu._sparse import _exact_new_tensors
+
 # vLLM's C++ extension namespaces (the CPU build registers ops in these).
 VLLM_NAMESPACES = ("_C", "_C_cache_ops", "_C_utils", "_C_custom_ar", "_moe_C", "_rocm_C", "_C_cpu")
 
@@ -131,22 +133,26 @@ def compute_slot_mapping(
         raise NotImplementedError("tpu: vLLM's context parallelism (decode context parallel) is not supported")
     done = 0
     if num_tokens:
-        dev = positions.device
-        reqs = query_start_loc.shape[0] - 1
-        qsl = _widened(query_start_loc, _bucket(reqs, block_table.shape[0]) + 1)
-        pos = _widened(positions, _bucket(num_tokens, max_num_tokens)).to(torch.int64)
-        done = pos.shape[0]
-        counts = torch.tensor([num_tokens, reqs], device=dev)  # (an upload: no program)
-        ends = qsl[1:].to(torch.int64)
-        ends = torch.where(torch.arange(ends.shape[0], device=dev) < counts[1], ends, torch.iinfo(torch.int64).max)
-        tok = torch.arange(done, device=dev, dtype=torch.int64)
-        real = tok < counts[0]
-        req = (tok.unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
-        pos = torch.where(real, pos, 0)
-        at = torch.where(real, req * block_table_stride + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor"), 0)
-        block = block_table.reshape(-1)[at]
-        slots = torch.where(real, block.to(torch.int64) * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE, PAD_ID)
-        slot_mapping[:done].copy_(slots)
+        with _exact_new_tensors():  # (bucket-sized: the new-tensor rule would pad them by their history)
+            dev = positions.device
+            reqs = query_start_loc.shape[0] - 1
+            qsl = _widened(query_start_loc, _bucket(reqs, block_table.shape[0]) + 1)
+            pos = _widened(positions, _bucket(num_tokens, max_num_tokens)).to(torch.int64)
+            done = pos.shape[0]
+            counts = torch.tensor([num_tokens, reqs], device=dev)  # (an upload: no program)
+            ends = qsl[1:].to(torch.int64)
+            ends = torch.where(torch.arange(ends.shape[0], device=dev) < counts[1], ends,
+                               torch.iinfo(torch.int64).max)
+            tok = torch.arange(done, device=dev, dtype=torch.int64)
+            real = tok < counts[0]
+            req = (tok.unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
+            pos = torch.where(real, pos, 0)
+            at = torch.where(real, req * block_table_stride
+                             + torch.div(pos, KV_CACHE_BLOCK_SIZE, rounding_mode="floor"), 0)
+            block = block_table.reshape(-1)[at]
+            slots = torch.where(real, block.to(torch.int64) * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE,
+                                PAD_ID)
+            slot_mapping[:done].copy_(slots)
     if max_num_tokens > done:
         slot_mapping[done:max_num_tokens].fill_(PAD_ID)
 

@@ -20,6 +20,7 @@ from vllm.v1.worker.workspace import init_workspace_manager
 from torch_tpu import compiler
 
 from . import attention
+from .sampler import TpuSampler, warm_up_penalties
 
 _log = init_logger(__name__)
 
@@ -72,6 +73,15 @@ def buckets(limit: int, smallest: int) -> list[int]:
     return out + [limit]
 
 
+def _sampler_buckets(limit: int) -> list[int]:
+    """The row counts the sampler runs at for 2 to ``limit`` requests (the
+    buckets of those counts; one request runs exact)."""
+    out = [torch.ops.torch_tpu._bucket_of(2)]
+    while out[-1] < limit:
+        out.append(torch.ops.torch_tpu._bucket_of(out[-1] + 1))
+    return out
+
+
 class TpuModelRunner(GPUModelRunner):
     """vLLM's GPU model runner, on ``tpu``: its buffers, KV cache, sampler
     and attention metadata live on the device; no CUDA graphs.
@@ -81,7 +91,8 @@ class TpuModelRunner(GPUModelRunner):
     its request count too (up to ``max_num_seqs``), as vLLM pads a batch to a
     CUDA graph's size: vLLM then pads the attention metadata itself (its
     "FULL" graph mode, which here captures nothing: the model is never
-    wrapped in a CUDA graph).
+    wrapped in a CUDA graph). The sampler runs at the bucket of the request
+    count (``TpuSampler``).
 
     The model's forward is vLLM's compiled one (platform.py): one Dynamo
     trace, made by the first bucket's warm-up step, compiled by the tpu
@@ -91,8 +102,14 @@ class TpuModelRunner(GPUModelRunner):
     op by op."""
 
     def __init__(self, vllm_config, device: torch.device):
-        with _cuda_names_on_tpu():
-            super().__init__(vllm_config, device)
+        import vllm.v1.worker.gpu_model_runner as gmr
+
+        exact, gmr.Sampler = gmr.Sampler, TpuSampler  # (the runner makes its sampler by this name)
+        try:
+            with _cuda_names_on_tpu():
+                super().__init__(vllm_config, device)
+        finally:
+            gmr.Sampler = exact
         self.use_cuda_graph = False
         sched = vllm_config.scheduler_config
         self.token_buckets = buckets(sched.max_num_batched_tokens, 16)
@@ -182,6 +199,8 @@ class TpuModelRunner(GPUModelRunner):
                 ", ".join(f"{t}x{r}" for t, r in skipped))
         if os.environ.get("TORCH_TPU_VLLM_WARMUP_STEPS", "1") != "0":
             self._warm_up_steps(set(skipped))
+            warm_up_penalties(self.sampler, self.device, self.model_config.get_vocab_size(),
+                              [1, *_sampler_buckets(sched.max_num_seqs)], self.max_model_len)
 
     def _warm_up_steps(self, skipped) -> None:
         """Engine steps before the first request, through what the dummy runs
@@ -203,7 +222,9 @@ class TpuModelRunner(GPUModelRunner):
         vocab = self.model_config.get_vocab_size()
         longest = self.max_model_len - 3  # (room for the decodes)
         greedy = SamplingParams(temperature=0.0, max_tokens=4)
-        sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, max_tokens=4)
+        # (every filter and penalty at once: in strict eager each adds ops of its own)
+        sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, min_p=0.05, presence_penalty=0.2,
+                                 frequency_penalty=0.1, repetition_penalty=1.1, max_tokens=4)
         seeded = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, seed=0, max_tokens=4)
         counts = sorted({r for r in (1, 2, 3, 4, 5, sched.max_num_seqs // 2 + 1, sched.max_num_seqs)
                          if r <= sched.max_num_seqs})
@@ -218,14 +239,17 @@ class TpuModelRunner(GPUModelRunner):
 
         # Greedy steps at the two ends of each token bucket by every request
         # count (how a step's tokens split between prefills and decodes
-        # sizes some of its runs too); the sampler's programs depend on the
-        # request count only: one sampled step each, and a seeded one. (vLLM
-        # draws its sampling noise into a tensor of the step's exact request
-        # count: a sampled step of a count met for the first time still
-        # compiles that draw.)
+        # sizes some of its runs too); the sampler runs at the bucket of the
+        # request count (sampler.py): one sampled step per bucket, and
+        # seeded ones (one request runs exact). The penalties' token counts
+        # are compiled apart, at every pair of buckets of rows and lengths.
+        # (Logprobs compile their top-k at each new number asked for.)
         sizes = sorted({n for size in self.token_buckets for n in (size // 2 + 1, size)})
         plans = [(greedy, n, reqs) for n in sizes for reqs in counts]
-        plans += [(sampled, max(reqs, sizes[0]), reqs) for reqs in counts] + [(seeded, sizes[0], 2)]
+        rows = _sampler_buckets(sched.max_num_seqs)
+        sampled_counts = sorted({*counts, *(min(b, sched.max_num_seqs) for b in rows)})
+        plans += [(sampled, max(reqs, sizes[0]), reqs) for reqs in sampled_counts]
+        plans += [(seeded, sizes[0], 1), (seeded, sizes[0], 2)]
         for params, n, reqs in plans:
             lengths = [n // reqs + (k < n % reqs) for k in range(reqs)]
             blocks = [-(-(length + 3) // block) for length in lengths]
