@@ -1,12 +1,13 @@
 """vLLM on tpu (torch_tpu's platform plugin) against vLLM on CPU and Hugging
 Face generate() on CPU.
 
-    python benchmarks/vllm_serving.py [--rounds 3] [--tokens 32] [--quick]
+    python benchmarks/vllm_serving.py [--rounds 3] [--tokens 32] [--quick] [--sampling]
 
 One model (a 4-layer Llama, hidden 256, random weights, a word-level
 tokenizer; vLLM with a 512-token step budget), greedy decoding of ``--tokens`` tokens per request (EOS ignored)
 from prompts of random lengths (16 to 96 tokens), at 1, 8 and 32 concurrent
-requests. Contenders, each in a process of its own (vLLM picks its platform
+requests; with ``--sampling``, sampled decoding instead (temperature 0.8,
+top-k 50, top-p 0.9, unseeded: vLLM's sampler on its full path). Contenders, each in a process of its own (vLLM picks its platform
 once per process), alternating within each round:
 
   - vLLM on tpu: ``vllm.LLM`` with the tpu platform (the engine in the
@@ -40,6 +41,7 @@ import tempfile
 import time
 
 VOCAB, LEVELS = 2048, (1, 8, 32)
+SAMPLING = dict(temperature=0.8, top_k=50, top_p=0.9)
 
 
 def save_model(path):
@@ -74,7 +76,8 @@ def run_vllm(path, tokens, rounds_seed):
                    kv_cache_memory_bytes=64 << 20, max_num_seqs=max(LEVELS), max_num_batched_tokens=512, seed=0)
 
     def serve(ps, n):
-        params = vllm.SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+        sampling = SAMPLING if os.environ.get("BENCH_SAMPLING") == "1" else dict(temperature=0)
+        params = vllm.SamplingParams(max_tokens=n, ignore_eos=True, **sampling)
         t0 = time.perf_counter()
         outs = llm.generate([{"prompt_token_ids": p} for p in ps], params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outs), time.perf_counter() - t0
@@ -95,8 +98,10 @@ def run_hf(path, tokens, rounds_seed):
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps])
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                 pad_token_id=1)
+            sampling = (dict(do_sample=True, **SAMPLING) if os.environ.get("BENCH_SAMPLING") == "1"
+                        else dict(do_sample=False))
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, pad_token_id=1,
+                                 **sampling)
         return (out.shape[1] - width) * len(ps), time.perf_counter() - t0
 
     return measure(serve, tokens, rounds_seed)
@@ -145,6 +150,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--quick", action="store_true", help="one round of 8 tokens")
+    ap.add_argument("--sampling", action="store_true", help="sampled decoding (temperature, top-k, top-p)")
     ap.add_argument("--worker", choices=["vllm", "hf"])
     ap.add_argument("--model")
     ap.add_argument("--seed", type=int, default=0)
@@ -167,14 +173,17 @@ def main():
             # that another compiled for the same prompts.
             cache = {"TORCH_TPU_CACHE_DIR": os.path.join(path, f"xla-{name.replace(' ', '_')}-{r}"),
                      "VLLM_CACHE_ROOT": os.path.join(path, f"vllm-{name.replace(' ', '_')}-{r}")}
-            out = subprocess.run(cmd, env={**os.environ, **cache, **env}, capture_output=True, text=True,
+            mode = {"BENCH_SAMPLING": "1" if args.sampling else "0"}
+            out = subprocess.run(cmd, env={**os.environ, **cache, **env, **mode}, capture_output=True, text=True,
                                  timeout=1800)
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
                 sys.exit(f"{name} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
             got[name].append(json.loads(line[7:]))
             print(f"round {r + 1}: {name} done", file=sys.stderr)
-    print(f"Llama 4x256, {args.tokens} output tokens per request, prompts of 16-96 tokens; medians of {args.rounds}")
+    how = "sampled (temperature 0.8, top-k 50, top-p 0.9)" if args.sampling else "greedy"
+    print(f"Llama 4x256, {args.tokens} output tokens per request ({how}), prompts of 16-96 tokens; "
+          f"medians of {args.rounds}")
     print(f"{'':16}" + "".join(f"{f'tok/s @{c}':>12}{f'TTFT ms @{c}':>14}" for c in LEVELS) + f"{'compiles':>10}"
           + "".join(f"{f'again @{c}':>11}" for c in LEVELS))
     med = {}

@@ -122,12 +122,12 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         return meta
 
 
-def scratch_bytes(tokens: int, heads: int, reqs: int, keys: int) -> int:
+def scratch_bytes(tokens: int, heads: int, kv_heads: int, head_size: int, keys: int) -> int:
     """About the bytes ``TpuAttentionImpl.forward`` holds at once for a step
-    of ``tokens`` tokens and ``reqs`` requests of up to ``keys`` keys: its
-    float32 scores (each token against every request's blocks, then masked)
+    of ``tokens`` tokens whose requests have up to ``keys`` keys: each
+    token's gathered keys and values (float32 at most), its float32 scores
     and the few temporaries of their softmax."""
-    return 4 * 4 * tokens * heads * reqs * keys
+    return 4 * tokens * keys * (2 * kv_heads * head_size + 4 * heads)
 
 
 class TpuAttentionImpl(AttentionImpl):
@@ -176,31 +176,32 @@ class TpuAttentionImpl(AttentionImpl):
         n, d, hk = query.shape[0], self.head_size, self.num_kv_heads
         g = self.num_heads // hk
         blocks, _, block_size, _ = kv_cache.shape
-        r, width = m.block_table.shape
-        # The requests' blocks, in order: [r, kv heads, width * block_size, 2d].
-        kv = kv_cache.index_select(0, m.block_table.reshape(-1).to(torch.int64))
-        kv = kv.view(r, width, hk, block_size, 2 * d).permute(0, 2, 1, 3, 4).reshape(r, hk, width * block_size, 2 * d)
+        width = m.block_table.shape[1]
+        # Each token's own request's blocks, in order: [t, kv heads, width * block_size, 2d]
+        # (a gather of the tokens' block rows: the scores are then each
+        # token's against its own request's keys, not every request's).
+        blocks_of = m.block_table.to(torch.int64)[m.token_request]
+        kv = kv_cache.index_select(0, blocks_of.reshape(-1))
+        kv = kv.view(n, width, hk, block_size, 2 * d).permute(0, 2, 1, 3, 4).reshape(n, hk, width * block_size, 2 * d)
         k, v = kv[..., :d], kv[..., d:]
         q = query.reshape(n, hk, g, d)
-        scores = torch.einsum("tkgd,rksd->tkgrs", q.to(k.dtype), k).float() * self.scale
+        scores = torch.einsum("tkgd,tksd->tkgs", q.to(k.dtype), k).float() * self.scale
         if self.logits_soft_cap:
             scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
         s = torch.arange(width * block_size, device=q.device)
         pos = m.token_position.unsqueeze(1)
-        visible = s.unsqueeze(0) <= pos
+        visible = s.unsqueeze(0) <= pos  # [t, s]
         if self.sliding_window is not None:
             visible = visible & (s.unsqueeze(0) > pos - self.sliding_window)
-        own = m.token_request.unsqueeze(1) == torch.arange(r, device=q.device).unsqueeze(0)
-        allowed = own.unsqueeze(2) & visible.unsqueeze(1)  # [t, r, s]
         # A finite floor, not -inf: a padding token sees nothing, and its row
         # must stay finite (its keys and values are written to the null block).
-        scores = scores.masked_fill(~allowed[:, None, None], -1e30)
-        p = scores.reshape(n, hk, g, r * width * block_size).softmax(-1).reshape(scores.shape).to(v.dtype)
+        scores = scores.masked_fill(~visible[:, None, None], -1e30)
+        p = scores.softmax(-1).to(v.dtype)
         # Values past a request's length were never written (or are another
         # step's padding): zero them, so that a zero weight times them is zero.
-        written = s.unsqueeze(0) < m.seq_lens.unsqueeze(1)
+        written = s.unsqueeze(0) < m.seq_lens[m.token_request].unsqueeze(1)
         v = torch.where(written[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
-        out = torch.einsum("tkgrs,rksd->tkgd", p, v)
+        out = torch.einsum("tkgs,tksd->tkgd", p, v)
         output.copy_(out.reshape(n, self.num_heads * d).to(output.dtype).view(output.shape))
         return output
 

@@ -174,6 +174,8 @@ class TpuModelRunner(GPUModelRunner):
         limit = sched.max_num_seqs
         budget = torch.tpu.mem_get_info(self.device)[0] // 4
         heads = self.model_config.get_num_attention_heads(self.parallel_config)
+        kv_heads = self.model_config.get_num_kv_heads(self.parallel_config)
+        head_size = self.model_config.get_head_size()
         block = self.cache_config.block_size
         keys = -(-self.max_model_len // block) * block  # a request's blocks, in tokens
         skipped = []
@@ -185,7 +187,7 @@ class TpuModelRunner(GPUModelRunner):
                     for size in reversed(self.token_buckets):
                         if size < reqs:
                             continue
-                        if attention.scratch_bytes(size, heads, reqs, keys) > budget:
+                        if attention.scratch_bytes(size, heads, kv_heads, head_size, keys) > budget:
                             skipped.append((size, reqs))
                             continue
                         self._dummy_run(size, skip_eplb=True, remove_lora=False)
@@ -195,7 +197,7 @@ class TpuModelRunner(GPUModelRunner):
             _log.warning(
                 "tpu: %d step shapes (tokens, requests) were not warmed up: their attention would need more than "
                 "a quarter of the free device memory (%s); they compile at first use, and such a step may run out "
-                "of memory: lower max_num_batched_tokens or max_num_seqs", len(skipped),
+                "of memory: lower max_num_batched_tokens or max_model_len", len(skipped),
                 ", ".join(f"{t}x{r}" for t, r in skipped))
         if os.environ.get("TORCH_TPU_VLLM_WARMUP_STEPS", "1") != "0":
             self._warm_up_steps(set(skipped))
