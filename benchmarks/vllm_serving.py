@@ -4,11 +4,13 @@ Face generate() on CPU.
     python benchmarks/vllm_serving.py [--rounds 3] [--tokens 32] [--quick] [--sampling]
 
 One model (a 4-layer Llama, hidden 256, random weights, a word-level
-tokenizer; vLLM with a 512-token step budget), greedy decoding of ``--tokens`` tokens per request (EOS ignored)
-from prompts of random lengths (16 to 96 tokens), at 1, 8 and 32 concurrent
-requests; with ``--sampling``, sampled decoding instead (temperature 0.8,
-top-k 50, top-p 0.9, unseeded: vLLM's sampler on its full path). Contenders, each in a process of its own (vLLM picks its platform
-once per process), alternating within each round:
+tokenizer; vLLM with a 512-token step budget), greedy decoding of
+``--tokens`` tokens per request (EOS ignored) from prompts of random lengths
+(16 to 96 tokens), at 1, 8 and 32 concurrent requests; with
+``--sampling``, sampled decoding instead (temperature 0.8, top-k 50, top-p
+0.9, unseeded: vLLM's sampler on its full path). Contenders, each in a
+process of its own (vLLM picks its platform once per process), alternating
+within each round:
 
   - vLLM on tpu: ``vllm.LLM`` with the tpu platform (the engine in the
     process, so that torch_tpu's compile counters are readable), as it
