@@ -119,7 +119,8 @@ at::Tensor upload(const at::Tensor& host, int device) {
 }  // namespace
 
 // A contiguous run of a larger storage written by one program per storage
-// size and power-of-two window, whatever the run's length and offset: the
+// size and power-of-two window (the whole storage where it is small),
+// whatever the run's length and offset: the
 // program writes the window's [lo, hi) at `start` (run-time operands) and
 // keeps the rest. Staging buffers copied up a step's worth at a time (vLLM's
 // copy_to_gpu(n), a pinned batch buffer's prefix) and the fill of a
