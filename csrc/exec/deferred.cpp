@@ -563,13 +563,18 @@ void add_guard(Checks& into, const CheckPtr& c, bool once) {
 
 // A long list (many ops with checks and no read between): its oldest
 // checks are read now (those a pending fused graph computes wait for it),
-// and those that passed drop out.
+// and those that passed drop out. Bookkeeping, not a value the current op
+// reads: a torch.compile capture this happens in is still replayed (a
+// storage written every step, a KV cache, gets a check per step; its list
+// filled up in the middle of a capture, whose graph then ran its ops at
+// every later call).
 void settle(Checks& into) {
   if (into.size() <= kMaxGuards) return;
   std::vector<DeviceCheck*> oldest;
   for (size_t k = 0; k < into.size() / 2; ++k) {
     if (into[k].check->readable()) oldest.push_back(into[k].check.get());
   }
+  pjrt::Buffer::BookkeepingReads bookkeeping;
   DeviceCheck::read_all(oldest);
   into.erase(std::remove_if(into.begin(), into.end(), [](const Guard& g) { return g.check->passed(); }), into.end());
 }

@@ -175,6 +175,8 @@ thread_local int64_t t_host_reads = 0;
 
 int64_t Buffer::host_reads() { return g_host_reads.load(); }
 int64_t Buffer::thread_host_reads() { return t_host_reads; }
+Buffer::BookkeepingReads::BookkeepingReads() : saved_(t_host_reads) {}
+Buffer::BookkeepingReads::~BookkeepingReads() { t_host_reads = saved_; }
 
 void Buffer::to_host(void* dst, size_t nbytes) const { to_host({{this, dst, nbytes}}); }
 

@@ -89,6 +89,20 @@ class Buffer {
   static int64_t host_reads();
   // The calling thread's reads (a torch.compile capture with any is not replayed).
   static int64_t thread_host_reads();
+  // While one lives, the thread's reads are bookkeeping (earlier ops' checks
+  // read to keep a storage's list of them short), not values an op reads:
+  // they still count in host_reads (they wait), not in thread_host_reads,
+  // so a capture they happen in stays replayable.
+  class BookkeepingReads {
+   public:
+    BookkeepingReads();
+    ~BookkeepingReads();
+    BookkeepingReads(const BookkeepingReads&) = delete;
+    BookkeepingReads& operator=(const BookkeepingReads&) = delete;
+
+   private:
+    int64_t saved_;
+  };
 
   // Block until the buffer's producer finished; throws its error if it
   // failed (Ctrl-C ends the wait: see Event::await_interruptible).
