@@ -65,9 +65,8 @@ def in_process_llm(path, **kw):
     old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
-        return vllm.LLM(model=path, dtype="float32", max_model_len=MAX_LEN,
-                        kv_cache_memory_bytes=8 << 20, max_num_seqs=8, max_num_batched_tokens=BUDGET, seed=0,
-                        **kw)
+        return vllm.LLM(model=path, **{**dict(dtype="float32", max_model_len=MAX_LEN, kv_cache_memory_bytes=8 << 20,
+                                              max_num_seqs=8, max_num_batched_tokens=BUDGET, seed=0), **kw})
     finally:
         if old is None:
             os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
@@ -323,8 +322,9 @@ def test_requests_of_new_lengths_compile_nothing_once_the_engine_is_up(hf_and_ll
 def test_the_compiled_forward_loads_from_its_aot_artifact_in_a_new_process(hf_and_llm):
     """vLLM saves the compiled forward (PyTorch's AOT compile) and a second
     start with the same model and configuration loads it: no Dynamo trace,
-    no compile of the model's graph (its programs from the executable
-    cache), the same tokens."""
+    no compile of the model's graph, the same tokens. The second start has
+    a KV cache of another size (vLLM's cache key leaves it out): the graph
+    must not have baked the block count in."""
     hf, llm = hf_and_llm
     runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     root = runner.vllm_config.compilation_config.local_cache_dir.split(os.sep + "torch_compile_cache")[0]
@@ -332,7 +332,8 @@ def test_the_compiled_forward_loads_from_its_aot_artifact_in_a_new_process(hf_an
     code = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
             "import test_vllm as T, vllm, torch_tpu\n"
             "from vllm.compilation.counter import compilation_counter as cc\n"
-            f"llm = T.in_process_llm({runner.vllm_config.model_config.model!r}, enable_prefix_caching=True)\n"
+            f"llm = T.in_process_llm({runner.vllm_config.model_config.model!r}, enable_prefix_caching=True,"
+            " kv_cache_memory_bytes=6 << 20)\n"
             "o = llm.generate([T._prompt(%r)], vllm.SamplingParams(max_tokens=5, temperature=0, ignore_eos=True),"
             " use_tqdm=False)[0]\n"
             "s = torch_tpu.compiler.stats()\n"

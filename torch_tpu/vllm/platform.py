@@ -17,6 +17,11 @@ _log = init_logger(__name__)
 # The KV cache's block size when the user names none: a multiple of 16, as
 # vLLM's other platforms use; the attention backend takes any.
 DEFAULT_BLOCK_SIZE = 16
+# What the compiled forward's graph depends on beyond the files Dynamo
+# traced (which vLLM's compile cache hashes): raised when that changes, so
+# that artifacts saved before are not loaded. 2: the KV cache's block count
+# is symbolic (worker.TpuModelRunner.initialize_kv_cache_tensors).
+AOT_GRAPH_FORMAT = 2
 
 
 class TpuPlatform(Platform):
@@ -135,5 +140,7 @@ class TpuPlatform(Platform):
             compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
         if compilation_config.mode != CompilationMode.NONE and compilation_config.backend in ("", "inductor"):
             compilation_config.backend = cls.simple_compile_backend
+        # (a field vLLM's compile cache key includes; Inductor never runs here)
+        compilation_config.inductor_compile_config["torch_tpu_graph_format"] = AOT_GRAPH_FORMAT
 
         assert vllm_config.device_config.device_type == "tpu"

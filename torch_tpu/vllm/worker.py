@@ -145,6 +145,10 @@ class TpuModelRunner(GPUModelRunner):
             for v in views.values():
                 if id(v) not in own:
                     own[id(v)] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device).zero_()
+                    # (the block count symbolic in the compiled forward, as
+                    # vLLM's compile cache assumes: its key leaves the KV
+                    # cache's size out)
+                    torch._dynamo.maybe_mark_dynamic(own[id(v)], 0)
             return {name: own[id(v)] for name, v in views.items()}
 
         gmr.allocate_kv_cache = per_layer
