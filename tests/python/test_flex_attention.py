@@ -192,6 +192,7 @@ def test_other_devices_keep_pytorchs_answer():
         flex_attention(q, q, q)
 
 
+@pytest.mark.strict_eager_only  # (import order in fresh processes: no mode of its own)
 def test_the_check_is_adapted_whichever_is_imported_first():
     """import torch_tpu does not import flex_attention (its import cost is
     the user's choice), and the device check accepts tpu either way round."""

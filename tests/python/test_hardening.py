@@ -490,6 +490,7 @@ def test_results_of_number_overloads_and_composites_are_laid_out_as_on_cpu(name)
         assert_same(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.strict_eager_only  # (the results' layouts: the same in every mode)
 def test_fft_results_are_laid_out_as_on_cpu():
     """CPU (MKL) transforms the dims in order of the input's strides, the
     halved dim of a real transform innermost, the others outermost in the

@@ -252,6 +252,7 @@ def test_in_place_multiply_by_a_number_rounds_it_as_cpu_does():
             assert_same(torch.ops.aten.mul.Scalar(x.to("tpu"), s), torch.ops.aten.mul.Scalar(x, s), rtol=0, atol=0)
 
 
+@pytest.mark.strict_eager_only  # (a lowering's values: the same in every mode)
 def test_window_functions_are_cpus():
     """Every window factory on tpu (kaiser_window's CPU kernel is a dispatch
     stub: it has its own tpu kernel), periodic and symmetric, lengths 0, 1
