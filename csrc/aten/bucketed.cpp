@@ -276,6 +276,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
   // linear layer flattens them) varies with it: the proxy has the merged
   // bounds, the symbol is the varying dim's, times the static sizes.
   std::vector<int64_t> multiplier(t.dim(), 1);
+  std::vector<bool> outer(t.dim(), false);
   for (size_t k = 0; k < map.size(); ++k) {
     if (map[k].first < 0 || map[k].first == map[k].last) continue;
     int64_t bound = 1, static_part = 1;
@@ -284,6 +285,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
       bound *= rbounds[i];
       if (rsizes[i] != rbounds[i]) {
         any = true;
+        outer[k] = i == map[k].first;
       } else {
         static_part *= rsizes[i];
       }
@@ -300,7 +302,7 @@ at::Tensor BucketedOperands::substitute(const at::Tensor& t) {
   if (extent > padded->type.numel()) std::fill(strides.begin(), strides.end(), 0);  // (cannot pass the storage)
   at::Tensor v = proxy->tensor.as_strided(sizes, strides, 0);
   views_.push_back({v, t, varying, std::move(map), std::move(dims)});
-  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes, multiplier));
+  dim_symbols_.emplace_back(v.unsafeGetTensorImpl(), note_dims(t.sizes().vec(), sizes, multiplier, outer));
   return v;
 }
 
@@ -320,7 +322,8 @@ std::vector<int64_t> dense_strides_like(const at::Tensor& t, c10::IntArrayRef si
 
 std::vector<BucketedOperands::DimSymbol> BucketedOperands::note_dims(const std::vector<int64_t>& actual,
                                                                       const std::vector<int64_t>& bucket,
-                                                                      const std::vector<int64_t>& multiplier) {
+                                                                      const std::vector<int64_t>& multiplier,
+                                                                      const std::vector<bool>& outer) {
   std::vector<DimSymbol> out(actual.size());
   for (size_t d = 0; d < actual.size(); ++d) {
     if (actual[d] == bucket[d]) continue;
@@ -328,9 +331,18 @@ std::vector<BucketedOperands::DimSymbol> BucketedOperands::note_dims(const std::
     size_t s = 0;
     while (s < symbols_.size() && symbols_[s].actual != actual[d] / m) ++s;
     if (s == symbols_.size()) symbols_.push_back({actual[d] / m, bucket[d] / m});
-    out[d] = {static_cast<int>(s), m};
+    out[d] = {static_cast<int>(s), m, !outer.empty() && outer[d] && m > 1};
   }
   return out;
+}
+
+bool BucketedOperands::varies_outermost(size_t symbol, int64_t multiplier) const {
+  for (const auto& [impl, dims] : dim_symbols_) {
+    for (const DimSymbol& s : dims) {
+      if (s.symbol == static_cast<int>(symbol) && s.multiplier == multiplier && s.outer) return true;
+    }
+  }
+  return false;
 }
 
 std::optional<BucketedOperands::SymbolDim> BucketedOperands::symbol_dim(size_t symbol) const {
@@ -407,7 +419,7 @@ void BucketedOperands::describe(c10::List<int64_t>& key) const {
   for (const auto& [impl, dims] : dim_symbols_) {
     for (const DimSymbol& s : dims) {
       key.push_back(s.symbol);
-      if (s.symbol >= 0) key.push_back(s.multiplier);
+      if (s.symbol >= 0) key.push_back(s.multiplier * 2 + s.outer);
     }
     key.push_back(-3);
   }

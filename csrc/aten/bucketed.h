@@ -99,6 +99,12 @@ class BucketedOperands {
     int64_t dim, multiplier;
   };
   std::optional<SymbolDim> symbol_dim(size_t symbol) const;
+  // Whether some proxy dim merges the symbol's dim, outermost, with static
+  // dims of `multiplier` elements (the rows i * multiplier + j of a
+  // flattened (n, multiplier) index): a result dim of that slope is then
+  // held as (n, multiplier), which the views splitting it so read by
+  // slicing, not as (multiplier, n).
+  bool varies_outermost(size_t symbol, int64_t multiplier) const;
   // Runs the bucketed program of the call keyed by `key` (the proxies and
   // whatever else tells programs apart; `tag` names the op, `numbers` its
   // Scalar arguments as OpSignature takes them): the plan kept
@@ -135,10 +141,11 @@ class BucketedOperands {
   struct DimSymbol {
     int symbol = -1;
     int64_t multiplier = 1;
+    bool outer = false;  // (a merge whose outermost dim is the varying one)
   };
   std::vector<std::pair<const c10::TensorImpl*, std::vector<DimSymbol>>> dim_symbols_;
   std::vector<DimSymbol> note_dims(const std::vector<int64_t>& actual, const std::vector<int64_t>& bucket,
-                                   const std::vector<int64_t>& multiplier);
+                                   const std::vector<int64_t>& multiplier, const std::vector<bool>& outer = {});
 };
 
 // `v` leaving a bucketed program: a static value of `bounds` (of v's rank)

@@ -722,6 +722,7 @@ struct OutputShape {
   std::vector<int64_t> sizes;
   std::vector<int64_t> held, bounds;
   int split = -1;     // the dim held as (its slope, the symbol's size)
+  bool outer = false;  // (held as (the symbol's size, its slope) instead)
   size_t symbol = 0;
 };
 
@@ -743,14 +744,15 @@ ArgPosition position_of(c10::ArrayRef<c10::IValue> args, const at::Tensor& t) {
 
 // `v` (of the output's bucket sizes, its one varying dim XLA-sized at
 // slope × n) reshaped to the dims its padded storage holds: that dim split
-// into (slope, n), n varying.
+// into (slope, n), or (n, slope) when outer, n varying.
 Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
+  const size_t varying = static_cast<size_t>(o.split) + (o.outer ? 0 : 1);
   std::vector<Value> dims;
   for (size_t d = 0; d < o.bounds.size(); ++d) {
-    dims.push_back(b.reshape(d == static_cast<size_t>(o.split) + 1 ? n : b.constant_int(o.bounds[d], hlo::DType::I32), {1}));
+    dims.push_back(b.reshape(d == varying ? n : b.constant_int(o.bounds[d], hlo::DType::I32), {1}));
   }
   hlo::Type bounded{b.dtype(v), o.bounds};
-  bounded.bounded = uint64_t{1} << (o.split + 1);
+  bounded.bounded = uint64_t{1} << varying;
   return b.retype(b.dynamic_reshape(v, b.concatenate(dims, 0), bounded), hlo::Type{b.dtype(v), o.bounds});
 }
 
@@ -824,7 +826,10 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
     r.bounds = bounds_of(r.sizes, varying);
     // One varying dim that is a static size times a varying one (a linear
     // layer's flattened batch and sequence): held split in two, so that
-    // the views splitting it again read it by slicing.
+    // the views splitting it again read it by slicing. The varying size
+    // goes inside (batch, sequence), or outside where an operand merged it
+    // outermost with static dims of that size (a gather by a flattened
+    // (n, 16) index: its rows i * 16 + j).
     if (std::count(varying.begin(), varying.end(), true) == 1) {
       const size_t d = std::find(varying.begin(), varying.end(), true) - varying.begin();
       for (size_t k = 0; k < symbols.size(); ++k) {
@@ -833,15 +838,18 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
             std::count(o.slopes[d].begin(), o.slopes[d].end(), 0) + 1 == static_cast<std::ptrdiff_t>(symbols.size())) {
           r.split = static_cast<int>(d);
           r.symbol = k;
+          r.outer = !rows && ops.varies_outermost(k, slope);
+          const size_t n_at = d + (r.outer ? 0 : 1);
           r.held.insert(r.held.begin() + d, slope);
-          r.held[d + 1] = symbols[k].actual;
+          r.held[d] = r.held[d + 1] = slope;
+          r.held[n_at] = symbols[k].actual;
           r.bounds = r.held;
-          r.bounds[d + 1] = symbols[k].bound;
+          r.bounds[n_at] = symbols[k].bound;
         }
       }
     }
     for (int64_t b : r.bounds) described.push_back(b);
-    described.push_back(r.split);
+    described.push_back(r.split * 2 + r.outer);
     out.push_back(std::move(r));
   }
   pargs.emplace_back(std::move(described));  // (keys the plan; not an argument of the op)

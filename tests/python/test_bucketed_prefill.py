@@ -103,6 +103,36 @@ def test_merges_with_the_varying_dim_anywhere_equal_cpu(dim):
     assert _padded(t)
 
 
+def test_a_gather_by_a_flattened_index_holds_its_rows_as_the_index_does():
+    # A paged KV cache read: whole blocks gathered by a flattened (n, 16)
+    # block table (rows i * 16 + j, the varying n outermost), then split
+    # (n, 16 * block). The result is held padded as (n, 16, ...), so the
+    # split reads it by slicing; held as (16, n, ...) it was read through a
+    # gather computing each element's index (16x slower).
+    g = torch.Generator().manual_seed(12)
+    cache_c = torch.randn(40, 4, 3, 8, generator=g)
+    cache = cache_c.to("tpu")
+    built = []
+    for n in [5, 7, 9, 11, 12, 13, 14, 19, 23]:
+        idx_c = torch.randint(0, 40, (n, 16), generator=g)
+        before = _programs()
+
+        def ops(cache, idx):
+            rows = cache.index_select(0, idx.reshape(-1))
+            blocks = rows.view(n, 64, 3, 8)
+            return [rows, blocks * 2, blocks.sum((1, 2)), blocks[:, 5:9].transpose(1, 2) - 1]
+
+        idx = idx_c.to("tpu")
+        got = ops(cache, idx)
+        built.append(_programs() - before)
+        for x, want in zip(got, ops(cache_c, idx_c)):
+            _same(x, want, exact=False)  # (the sum's order)
+    assert _padded(idx) and _padded(got[0]) and _padded(got[1])
+    assert "holding [23, 16, 4, 3, 8]" in torch.ops.torch_tpu._storage_info(got[0])
+    # 11, 12, 13 and 14 share the bucket of 16 (the index is padded from 9 on)
+    assert built[4:7] == [0, 0, 0], built
+
+
 def test_a_mean_over_a_varying_dim_divides_by_its_actual_size():
     for t, c in _growing(2, 4, 6, seed=3):
         for dims in ([1], [0, 1], [1, 2]):

@@ -131,10 +131,10 @@ def scratch_bytes(tokens: int, heads: int, kv_heads: int, head_size: int, keys: 
 
 
 def _exact(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as an exact tensor where eager ops hold it padded (the step's
-    counts are already buckets here: a padded gather index made the block
-    gather's reshape a bounded-dynamic program 16 times the gather's size,
-    2.5 s a layer at 512 tokens)."""
+    """``t`` as an exact tensor where eager ops hold it padded: the step's
+    token count is already one of the runner's buckets, and held padded (at
+    the next power of two above it) the block gather and every op after it
+    would run at twice that size."""
     if torch.compiler.is_compiling():
         return t
     got = torch.ops.torch_tpu._padded_value(t)
