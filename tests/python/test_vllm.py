@@ -294,21 +294,27 @@ def test_requests_of_new_lengths_compile_nothing_once_the_engine_is_up(hf_and_ll
     """Issue 46's steady state: after the engine's start (its warm-up steps
     through vLLM's input preparation and sampler at every token and request
     bucket), greedy batches of new request counts, prompt lengths and
-    output lengths compile no program and load none, and give HF's tokens.
+    output lengths compile no program and load none, and give HF's tokens:
+    prompts longer than the step's budget (prefilled in chunks that share
+    steps with other requests' decodes, split as the scheduler goes), more
+    requests than a step holds, prompts sharing a cached prefix.
     (A sampled batch of a request count met for the first time compiles
     vLLM's noise draw, made at the exact count.)"""
     import torch_tpu
 
     hf, llm = hf_and_llm
     rng = random.Random(7)
+    shared = _ids(499, 40)
 
     def built():
         s = torch_tpu.cache_stats()
         return s["misses"] + s["disk_hits"]
 
     before = built()
-    for round_ in range(4):
-        prompts = [_ids(500 + 10 * round_ + k, rng.randint(1, 60)) for k in range(rng.choice([1, 2, 3, 5, 7, 8]))]
+    for round_, count in enumerate([3, 1, 11, 5, 8]):
+        prompts = [_ids(500 + 10 * round_ + k, rng.randint(1, MAX_LEN - 10)) for k in range(count)]
+        if round_ == 2:
+            prompts = [shared[:rng.randint(17, 40)] + p[:60] for p in prompts]
         n = rng.randint(2, 9)
         outs = llm.generate([_prompt(p) for p in prompts], vllm.SamplingParams(max_tokens=n, temperature=0,
                                                                                ignore_eos=True), use_tqdm=False)
