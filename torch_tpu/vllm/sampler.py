@@ -108,6 +108,13 @@ class TpuSampler(Sampler):
     exact draw of the default generator would give)."""
 
     def forward(self, logits, sampling_metadata, predict_bonus_token=False, logprobs_mode_override=None):
+        self._sampling = True  # (gather_logprobs: the sampled tokens' logprobs)
+        try:
+            return self._forward(logits, sampling_metadata, predict_bonus_token, logprobs_mode_override)
+        finally:
+            self._sampling = False
+
+    def _forward(self, logits, sampling_metadata, predict_bonus_token, logprobs_mode_override):
         n = logits.shape[0]
         md = sampling_metadata
         if n < 2 or not _tt._bucketing() or not _paddable(md):
@@ -137,6 +144,24 @@ class TpuSampler(Sampler):
         return SamplerOutput(sampled_token_ids=_held_rows(out.sampled_token_ids, n), logprobs_tensors=lp)
 
     _prompts: tuple = (None, 0, None)  # (vLLM's prompt tokens tensor, rows, their padded copy)
+    # The engine's max_logprobs (the runner sets it): the sampled tokens'
+    # logprobs' top-k is taken at that width whatever number a batch asks for.
+    widest_logprobs: int | None = None
+    _sampling = False
+
+    def gather_logprobs(self, logprobs, num_logprobs, token_ids):
+        """vLLM's gather_logprobs, for the sampled tokens at the engine's
+        widest top-k, not at the batch's largest number of logprobs: a
+        number met for the first time compiled its top-k and
+        concatenations again, after the warm-up too. The extra columns are
+        never read: vLLM keeps each request's own first ``logprobs``
+        (``append_logprobs_for_next_position``). (The prompt's logprobs
+        keep their number: the runner copies them into a buffer of it.)"""
+        widest = self.widest_logprobs
+        if (self._sampling and widest is not None and num_logprobs < widest <= logprobs.shape[-1]
+                and _tt._bucketing()):
+            num_logprobs = widest
+        return Sampler.gather_logprobs(logprobs, num_logprobs, token_ids)
 
     def apply_penalties(self, logits, sampling_metadata, output_token_ids):
         """vLLM's penalties, counting the prompt and output tokens at

@@ -111,6 +111,7 @@ class TpuModelRunner(GPUModelRunner):
         finally:
             gmr.Sampler = exact
         self.use_cuda_graph = False
+        self.sampler.widest_logprobs = vllm_config.model_config.max_logprobs
         sched = vllm_config.scheduler_config
         self.token_buckets = buckets(sched.max_num_batched_tokens, 16)
         self.request_buckets = buckets(sched.max_num_seqs, 8)
@@ -230,7 +231,7 @@ class TpuModelRunner(GPUModelRunner):
         greedy = SamplingParams(temperature=0.0, max_tokens=4)
         # (every filter and penalty at once: in strict eager each adds ops of its own)
         sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, min_p=0.05, presence_penalty=0.2,
-                                 frequency_penalty=0.1, repetition_penalty=1.1, max_tokens=4)
+                                 frequency_penalty=0.1, repetition_penalty=1.1, max_tokens=4, logprobs=1)
         seeded = SamplingParams(temperature=0.8, top_p=0.9, top_k=8, seed=0, max_tokens=4)
         counts = sorted({r for r in (1, 2, 3, 4, 5, sched.max_num_seqs // 2 + 1, sched.max_num_seqs)
                          if r <= sched.max_num_seqs})
@@ -249,7 +250,8 @@ class TpuModelRunner(GPUModelRunner):
         # request count (sampler.py): one sampled step per bucket, and
         # seeded ones (one request runs exact). The penalties' token counts
         # are compiled apart, at every pair of buckets of rows and lengths.
-        # (Logprobs compile their top-k at each new number asked for.)
+        # The sampled steps ask for logprobs: their top-k is taken at the
+        # engine's widest whatever the number (TpuSampler.gather_logprobs).
         sizes = sorted({n for size in self.token_buckets for n in (size // 2 + 1, size)})
         plans = [(greedy, n, reqs) for n in sizes for reqs in counts]
         rows = _sampler_buckets(sched.max_num_seqs)
