@@ -370,6 +370,21 @@ def test_vllm_cpu_kernels_refuse_tpu_tensors_with_a_python_error(hf_and_llm):
     torch.testing.assert_close(cpu_out, ref)
 
 
+@pytest.mark.strict_eager_only  # (a fresh process registering the kernel; no op runs)
+def test_the_slot_mapping_kernel_is_overridden_after_llvmlite_is_imported():
+    # vLLM's kernel registration scans every module and stopped on
+    # llvmlite's library wrapper (numba, a vLLM dependency, imports it):
+    # the engine then failed to start in any process that had imported it.
+    code = ("import llvmlite.binding.ffi\n"
+            "from torch_tpu.vllm import kernels\n"
+            "kernels.register_overrides()\n"
+            "from vllm.v1.worker.block_table import ComputeSlotMappingKernel as K\n"
+            "print('RESULT', type(K.kernel).__name__, K.kernel.func is kernels.compute_slot_mapping)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("RESULT")[1].split() == ["KernelOverride", "True"]
+
+
 def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
     from torch_tpu import vllm as plugin
 

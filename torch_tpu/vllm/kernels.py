@@ -160,6 +160,19 @@ def compute_slot_mapping(
 def register_overrides() -> None:
     """Points the kernels vLLM's model runner launches at the torch-op
     implementations above."""
-    from vllm.triton_utils.dispatcher import register_kernels
+    from vllm.triton_utils import dispatcher
 
-    register_kernels({"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": compute_slot_mapping})
+    overrides = {"vllm.v1.worker.block_table.ComputeSlotMappingKernel.kernel": compute_slot_mapping}
+    try:
+        dispatcher.register_kernels(overrides)
+    except AttributeError:
+        # vLLM's scan of sys.modules for other holders of a kernel calls
+        # vars(x).get(...) on every module attribute that has a __dict__; an
+        # object whose __dict__ is no dict (llvmlite.binding.ffi.lib, once
+        # numba or llvmlite is imported) stops it before the kernel's own
+        # attribute is swapped. The slot-mapping kernel has no other holder
+        # (its runner launches it through the class): swap that here.
+        for name, impl in overrides.items():
+            host, attr = dispatcher._resolve_kernel(name)
+            if not isinstance(getattr(host, attr), dispatcher.KernelOverride):
+                setattr(host, attr, dispatcher.KernelOverride(getattr(host, attr), impl))
