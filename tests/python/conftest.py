@@ -261,7 +261,7 @@ MODE_POLICY = {
     "test_ray_train.py":   ("none", "none"),  # Ray's workers, in strict eager
     "test_litert.py":      ("none", "none"),  # export: the graph, not how ops run
     "test_dtensor_random.py": ("all", "none"),  # generator offsets advance in deferred graphs too
-    "test_sparse.py":      (2, 4),
+    "test_sparse.py":      (4, 4),
     "test_jagged.py":      (3, 6),
     "test_dlrm.py":        ("none", "none"),  # its tests choose their modes; one trainer per mode
     "test_cache.py":       ("none", "none"),  # its processes choose strict eager
@@ -272,20 +272,21 @@ MODE_POLICY = {
     "test_vllm_families.py": ("none", "none"),  # an engine per family, in strict eager
     "test_vllm_serve.py":  ("none", "none"),  # `vllm serve`: its engine process runs in strict eager
     "test_vllm_tp.py":     ("none", "none"),  # two ranks' engine processes, in strict eager
-    "test_linalg.py":      (8, 8),            # one loop program per op
-    "test_hardening.py":   (2, 2),            # PyTorch's corner cases of each lowering
+    "test_linalg.py":      (16, 16),          # one loop program per op
+    "test_hardening.py":   (4, 4),            # PyTorch's corner cases of each lowering
     "test_ops.py":         (3, 6),
-    "test_nn.py":          (2, 4),
+    "test_nn.py":          (4, 4),
     "test_numerics.py":    (3, 6),
-    "test_training.py":    (2, 4),
+    "test_training.py":    (4, 4),
     "test_ecosystem.py":   (4, "none"),
     "test_parity.py":      (2, 2),
     "test_attention.py":   (2, 4),
-    "test_quant.py":       (4, 4),
+    "test_quant.py":       (8, 8),
     "test_pallas.py":      ("all", 2),
     "test_compile.py":     ("all", 2),
     "test_bucketed.py":    (2, 2),            # (HF generate with beams: strict eager only)
     "test_bucketed_prefill.py": ("all", "all"),
+    "test_flex_attention.py": (2, 4),
 }
 
 

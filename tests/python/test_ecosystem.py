@@ -127,6 +127,7 @@ def test_trainer_in_bfloat16_trains_on_tpu(tmp_path):
     assert set(devices) == {"tpu"} and torch.isfinite(losses).all() and len(losses) == 4
 
 
+@pytest.mark.strict_eager_only  # (which device accelerate picks in fresh processes: no op of a mode runs)
 def test_accelerate_picks_tpu_whichever_is_imported_first():
     pytest.importorskip("accelerate")
     from conftest import run_python

@@ -24,11 +24,12 @@ def test_op_table_is_broad():
 def test_seeded_run_finds_nothing(mode):
     lines = []
     # A fixed count of programs (the time bound only guards against a hang):
-    # the same programs on any machine, loaded or not.
-    result = fuzz.fuzz(seed=0, programs=200, minutes=10, mode=mode, log=lines.append, progress=100)
-    assert result["programs"] == 200
+    # the same programs on any machine, loaded or not. (CI's share: a long
+    # run is `python -m torch_tpu.testing.fuzz`.)
+    result = fuzz.fuzz(seed=0, programs=120, minutes=10, mode=mode, log=lines.append, progress=60)
+    assert result["programs"] == 120
     # A long run says how far it got as it goes.
-    assert f"[fuzz] 200 programs in {mode} eager" in "\n".join(lines)
+    assert f"[fuzz] 60 programs in {mode} eager" in "\n".join(lines)
     assert not result["findings"], "\n\n".join(f["finding"] + "\n" + f["python"] for f in result["findings"])
 
 

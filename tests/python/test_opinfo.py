@@ -15,7 +15,7 @@ REPORT = os.path.join(os.path.dirname(__file__), "..", "..", "reports", "opinfo_
 def report():
     cmd = [sys.executable, "-m", "torch_tpu.testing.opinfo", "--subset", "ci", "--report", REPORT,
            "--group", "100",
-           "--max-samples", "32"]  # (max_pool2d alone has 1440 samples)
+           "--max-samples", "20"]  # (max_pool2d alone has 1440 samples; the full run takes them all)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=2400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(r.stdout.splitlines()[-1])
@@ -136,7 +136,7 @@ def _layout_sweep(relayout, takes, samples_per_op, size_one_dims=False):
 
 def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
     """Every OpInfo op of two or more tensors, its samples (float32, the
-    first four) with transposed inputs: the results' strides (of dims longer
+    first three) with transposed inputs: the results' strides (of dims longer
     than 1) are CPU's. Layouts decide which later views and in-place writes
     alias what (TensorIterator's rules). Only the samples with a size-1 dim:
     the others are relaid out exactly so by the size-1 sweep below, which
@@ -147,21 +147,21 @@ def test_results_of_transposed_inputs_are_laid_out_as_on_cpu():
         tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 1]
         return len(tensors) >= 2 and any(1 in a.shape for a in tensors)
 
-    wrong, checked = _layout_sweep(_transposed, takes, 4)
-    assert checked > 150, checked
+    wrong, checked = _layout_sweep(_transposed, takes, 3)
+    assert checked > 140, checked
     assert not wrong, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {wrong}"
 
 
 def test_results_of_channels_last_inputs_are_laid_out_as_on_cpu():
     """Every OpInfo op with a 4-d or 5-d operand, its samples (float32, the
-    first four) with every such operand channels-last: the results' strides
+    first three) with every such operand channels-last: the results' strides
     are CPU's (convolutions, pads, unpooling, shuffles and norms choose their
     results' format from their operands' on CPU)."""
     import torch
 
     wrong, checked = _layout_sweep(
-        _channels_last, lambda args: any(isinstance(a, torch.Tensor) and a.dim() in (4, 5) for a in args), 4)
-    assert checked > 180, checked
+        _channels_last, lambda args: any(isinstance(a, torch.Tensor) and a.dim() in (4, 5) for a in args), 3)
+    assert checked > 130, checked
     assert not wrong, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {wrong}"
 
 
@@ -172,7 +172,7 @@ _SIZE_ONE_KNOWN = {"nn.functional.max_pool1d"}
 
 
 def test_strides_of_size_one_dims_are_cpus():
-    """Every OpInfo op, its samples (float32, the first four) transposed and
+    """Every OpInfo op, its samples (float32, the first three) transposed and
     with odd strides on their size-1 dims: all the results' strides are
     CPU's, those of size-1 dims included (a later broadcasting op orders its
     result's dims by them). Single-operand ops are swept here too: FFTs and
@@ -180,8 +180,8 @@ def test_strides_of_size_one_dims_are_cpus():
     import torch
 
     wrong, checked = _layout_sweep(
-        _odd_size_one_strides, lambda args: any(isinstance(a, torch.Tensor) and a.dim() >= 1 for a in args), 4,
+        _odd_size_one_strides, lambda args: any(isinstance(a, torch.Tensor) and a.dim() >= 1 for a in args), 3,
         size_one_dims=True)
-    assert checked > 2000, checked
+    assert checked > 1500, checked
     wrong = {k: v for k, v in wrong.items() if k not in _SIZE_ONE_KNOWN}
     assert not wrong, f"results laid out otherwise than on CPU (shape, CPU strides, tpu strides): {wrong}"

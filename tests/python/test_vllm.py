@@ -385,6 +385,7 @@ def test_the_slot_mapping_kernel_is_overridden_after_llvmlite_is_imported():
     assert out.stdout.split("RESULT")[1].split() == ["KernelOverride", "True"]
 
 
+@pytest.mark.strict_eager_only  # (registration and platform detection: no op of a mode runs)
 def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
     from torch_tpu import vllm as plugin
 
