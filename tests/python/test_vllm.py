@@ -385,6 +385,33 @@ def test_the_slot_mapping_kernel_is_overridden_after_llvmlite_is_imported():
     assert out.stdout.split("RESULT")[1].split() == ["KernelOverride", "True"]
 
 
+def test_the_kv_cache_takes_its_share_of_the_device_memory_when_no_size_is_given():
+    # vLLM's default sizing (no kv_cache_memory_bytes): gpu_memory_utilization
+    # of the device's memory less the model's peak in the profiling run,
+    # and never more than what is free; a share too small says what to do.
+    import types
+
+    from torch_tpu.vllm import worker as tpu_worker
+
+    held = []
+
+    class Runner:
+        def profile_run(self):  # the model's peak: 1 MiB held
+            held.append(torch.empty(1 << 18, device="tpu"))
+
+    w = object.__new__(tpu_worker.TpuWorker)
+    w.device, w.model_runner, w.vllm_config = torch.device("tpu", 0), Runner(), None
+    w.cache_config = types.SimpleNamespace(kv_cache_memory_bytes=None, gpu_memory_utilization=0.05)
+    got = w.determine_available_memory()
+    total, peak = torch.tpu.mem_get_info(0)[1], torch.tpu.max_memory_allocated(0)
+    assert 0 < got == int(total * 0.05) - peak and peak >= 1 << 20  # (far less than is free)
+    w.cache_config.kv_cache_memory_bytes = 3 << 20
+    assert w.determine_available_memory() == 3 << 20
+    w.cache_config = types.SimpleNamespace(kv_cache_memory_bytes=None, gpu_memory_utilization=1e-12)
+    with pytest.raises(ValueError, match="no memory left for the KV cache.*gpu_memory_utilization"):
+        w.determine_available_memory()
+
+
 @pytest.mark.strict_eager_only  # (registration and platform detection: no op of a mode runs)
 def test_the_plugin_steps_aside_when_turned_off(monkeypatch):
     from torch_tpu import vllm as plugin
