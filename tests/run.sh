@@ -4,9 +4,9 @@
 #   2. torch 2.13.0 (the CPU build) and torch_tpu with its test extras,
 #   3. the C++ tests (GoogleTest, through CTest) against the CPU PJRT plugin,
 #   4. the Python tests (pytest), including the OpInfo conformance subset, in
-#      strict eager (the default), then again in fused eager and in debug
-#      eager, where conftest.py's MODE_POLICY keeps what the mode changes,
-#      and the core of the suite with strict eager's launcher thread always on.
+#      strict eager (the default), then again in fused eager (conftest.py's
+#      MODE_POLICY keeps what the mode changes), the core of the suite in
+#      debug eager and with strict eager's launcher thread always on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -47,12 +47,18 @@ export VLLM_CACHE_ROOT="$ROOT/build/vllm-cache"
 # TORCH_TPU_TEST_WORKERS=0 runs in this process.
 PARALLEL=(-n "${TORCH_TPU_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
-# The other two modes run the suite again (conftest.py's MODE_POLICY says
-# which part: what the mode changes, not every sweep of the same lowerings).
+# Fused eager runs the suite again (conftest.py's MODE_POLICY says which
+# part: what the mode changes, not every sweep of the same lowerings).
 echo "fused eager (TORCH_TPU_DEFER_AND_FUSE=1):"
 TORCH_TPU_DEFER_AND_FUSE=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
+# Debug eager is strict eager waiting for each program: its core again
+# (execution, views, autograd, training, errors and bad inputs, random,
+# devices, ops and nn, compiled graphs, collectives), within MODE_POLICY.
 echo "debug eager (TORCH_TPU_LAUNCH_BLOCKING=1):"
-TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q "${PARALLEL[@]}" tests/python "$@"
+(cd tests/python && TORCH_TPU_LAUNCH_BLOCKING=1 python3 -m pytest -q "${PARALLEL[@]}" test_execution.py \
+  test_views.py test_tensors.py test_autograd.py test_training.py test_errors.py test_bad_inputs.py \
+  test_random.py test_device.py test_launcher.py test_op_memo.py test_compile.py test_distributed.py \
+  test_ops.py test_nn.py "$@")
 # Strict eager starts a burst's programs on its launcher thread, a lone op's
 # on the calling thread (by timing); the core of the suite again with every
 # program through the thread.
