@@ -442,6 +442,17 @@ std::optional<std::vector<at::Tensor>> BucketedOperands::run(const void* tag, ui
   return p.run(actual);
 }
 
+Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
+  const size_t varying = static_cast<size_t>(o.split) + (o.outer ? 0 : 1);
+  std::vector<Value> dims;
+  for (size_t d = 0; d < o.bounds.size(); ++d) {
+    dims.push_back(b.reshape(d == varying ? n : b.constant_int(o.bounds[d], hlo::DType::I32), {1}));
+  }
+  hlo::Type bounded{b.dtype(v), o.bounds};
+  bounded.bounded = uint64_t{1} << varying;
+  return b.retype(b.dynamic_reshape(v, b.concatenate(dims, 0), bounded), hlo::Type{b.dtype(v), o.bounds});
+}
+
 Value padded_exit(hlo::Builder& b, Value v, const std::vector<int64_t>& bounds) {
   // A value whose dims vary leaves through a bounded type set to its bound
   // (a static type alone would leave a dynamic buffer no later program

@@ -148,6 +148,21 @@ class BucketedOperands {
                                    const std::vector<int64_t>& multiplier, const std::vector<bool>& outer = {});
 };
 
+// A bucketed call's output: its sizes (in memory order), and the tensor
+// its padded storage holds (the same, or with dim `split` held as two).
+struct OutputShape {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> held, bounds;
+  int split = -1;      // the dim held as (its slope, the symbol's size)
+  bool outer = false;  // (held as (the symbol's size, its slope) instead)
+  size_t symbol = 0;
+};
+
+// `v` (of the output's bucket sizes, its one varying dim XLA-sized at
+// slope × n) reshaped to the dims its padded storage holds: that dim split
+// into (slope, n), or (n, slope) when outer, n varying.
+hlo::Value split_exit(hlo::Builder& b, hlo::Value v, const OutputShape& o, hlo::Value n);
+
 // `v` leaving a bucketed program: a static value of `bounds` (of v's rank)
 // whose dims hold v's elements first, at their run-time sizes.
 hlo::Value padded_exit(hlo::Builder& b, hlo::Value v, const std::vector<int64_t>& bounds);

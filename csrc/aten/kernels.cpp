@@ -716,16 +716,6 @@ bool padded_whole(const at::Tensor& t) {
          static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
 }
 
-// A bucketed call's output: its sizes (in memory order), and the tensor
-// its padded storage holds (the same, or with dim `split` held as two).
-struct OutputShape {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> held, bounds;
-  int split = -1;     // the dim held as (its slope, the symbol's size)
-  bool outer = false;  // (held as (the symbol's size, its slope) instead)
-  size_t symbol = 0;
-};
-
 // Where tensor `t` is among `args` (itself, or an entry of a list).
 ArgPosition position_of(c10::ArrayRef<c10::IValue> args, const at::Tensor& t) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -740,20 +730,6 @@ ArgPosition position_of(c10::ArrayRef<c10::IValue> args, const at::Tensor& t) {
     }
   }
   return {};
-}
-
-// `v` (of the output's bucket sizes, its one varying dim XLA-sized at
-// slope × n) reshaped to the dims its padded storage holds: that dim split
-// into (slope, n), or (n, slope) when outer, n varying.
-Value split_exit(hlo::Builder& b, Value v, const OutputShape& o, Value n) {
-  const size_t varying = static_cast<size_t>(o.split) + (o.outer ? 0 : 1);
-  std::vector<Value> dims;
-  for (size_t d = 0; d < o.bounds.size(); ++d) {
-    dims.push_back(b.reshape(d == varying ? n : b.constant_int(o.bounds[d], hlo::DType::I32), {1}));
-  }
-  hlo::Type bounded{b.dtype(v), o.bounds};
-  bounded.bounded = uint64_t{1} << varying;
-  return b.retype(b.dynamic_reshape(v, b.concatenate(dims, 0), bounded), hlo::Type{b.dtype(v), o.bounds});
 }
 
 // Runs a bucketable op at bucket shapes when an operand has a padded
@@ -840,9 +816,8 @@ bool run_bucketed(const Entry& e, const c10::OperatorHandle& op, const std::vect
           r.symbol = k;
           r.outer = !rows && ops.varies_outermost(k, slope);
           const size_t n_at = d + (r.outer ? 0 : 1);
-          r.held.insert(r.held.begin() + d, slope);
-          r.held[d] = r.held[d + 1] = slope;
-          r.held[n_at] = symbols[k].actual;
+          r.held[d] = slope;
+          r.held.insert(r.held.begin() + n_at, symbols[k].actual);
           r.bounds = r.held;
           r.bounds[n_at] = symbols[k].bound;
         }
